@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Install everything the tests and the demo need on a fresh Debian machine.
+# Idempotent: a second run takes seconds (pip and Go caches live in ~/.cache).
+#   hack/bootstrap.sh            system packages, .venv with the operator and dev tools,
+#                                the local control plane binaries, the worker frameworks
+#   SKIP_WORKER=1 hack/bootstrap.sh   everything but torch/TensorFlow/Horovod
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+say() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+need_pkgs=()
+for pair in openssl:openssl ip:iproute2 sshd:openssh-server ssh:openssh-client; do
+  cmd="${pair%%:*}"; pkg="${pair#*:}"
+  command -v "$cmd" >/dev/null 2>&1 || [[ -x "/usr/sbin/$cmd" ]] || need_pkgs+=("$pkg")
+done
+if ((${#need_pkgs[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    say "missing system packages: ${need_pkgs[*]}. Fix: sudo apt-get install -y ${need_pkgs[*]}"
+    exit 1
+  fi
+  say "installing system packages: ${need_pkgs[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+  say "Go is not installed. Fix: install Go 1.26 or newer (https://go.dev/doc/install)."
+  exit 1
+fi
+py="${PYTHON:-python3}"
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  say "$py is older than 3.11. Fix: install Python 3.11+ or set PYTHON=/path/to/python3.11"
+  exit 1
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv"
+  "$py" -m venv .venv
+fi
+say "installing the operator and dev tools into .venv"
+.venv/bin/pip install -q --upgrade pip >/dev/null
+.venv/bin/pip install -q -e '.[operator,dev]'
+
+say "building the local control plane (cached after the first run)"
+hack/cluster.sh build
+
+if [[ "${SKIP_WORKER:-0}" != 1 && -x hack/install-worker.sh ]]; then
+  say "installing the worker frameworks and Horovod (cached after the first run)"
+  hack/install-worker.sh
+fi
+say "done"
