@@ -1,0 +1,297 @@
+"""Pure builders: a validated HorovodJob in, one child object (a plain dict) out.
+
+No kopf and no client imports here: every function is deterministic given its
+arguments (the SSH key pair is passed in), so tests compare whole objects.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+from horovod_worker import contract
+
+from . import names
+from .api import API_VERSION, KIND, HorovodJob, HorovodJobSpec
+from .sshkeys import KeyPair
+
+Obj = dict[str, Any]
+
+# How often kubelet probes the worker's sshd; short, since the launcher waits on it.
+READINESS_PERIOD_SECONDS = 2
+
+
+def owner_reference(job: HorovodJob) -> Obj:
+    """Makes the job the controlling owner: deleting it garbage-collects the child."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job.metadata.name,
+        "uid": job.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(job: HorovodJob, name: str, labels: dict[str, str]) -> Obj:
+    return {
+        "name": name,
+        "namespace": job.metadata.namespace,
+        "labels": labels,
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
+def new_ssh_secret(job: HorovodJob, keys: KeyPair) -> Obj:
+    """Secret `<job>-ssh`: the private key for the launcher, authorized_keys for workers."""
+    name = job.metadata.name
+    data = {
+        contract.SSH_PRIVATE_KEY: keys.private_openssh,
+        contract.SSH_PUBLIC_KEY: keys.public_openssh,
+        contract.SSH_AUTHORIZED_KEYS: keys.public_openssh,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(job, names.secret_name(name), names.base_labels(name)),
+        "type": "Opaque",
+        "data": {key: base64.b64encode(value.encode()).decode() for key, value in data.items()},
+    }
+
+
+def hostfile(job: HorovodJob) -> str:
+    """One `<host> slots=<n>` line per worker, the format horovodrun --hostfile reads."""
+    spec, meta = job.spec, job.metadata
+    return "".join(
+        f"{names.worker_host(meta.name, meta.namespace, i)} slots={spec.slots_per_worker}\n"
+        for i in range(spec.worker.replicas)
+    )
+
+
+def discover_hosts_script(job: HorovodJob) -> str:
+    """A script printing `host:slots` lines, the format of horovodrun --host-discovery-script."""
+    spec, meta = job.spec, job.metadata
+    lines = [
+        f"echo {names.worker_host(meta.name, meta.namespace, i)}:{spec.slots_per_worker}"
+        for i in range(spec.worker.replicas)
+    ]
+    return "#!/bin/sh\n" + "\n".join(lines) + "\n"
+
+
+def new_config_map(job: HorovodJob) -> Obj:
+    """ConfigMap `<job>-config`: the hostfile and discover_hosts.sh."""
+    name = job.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(job, names.config_name(name), names.base_labels(name)),
+        "data": {
+            contract.HOSTFILE: hostfile(job),
+            contract.DISCOVER_HOSTS: discover_hosts_script(job),
+        },
+    }
+
+
+def new_worker_service(job: HorovodJob) -> Obj:
+    """Headless Service `<job>-worker`: gives each worker pod a stable DNS name.
+
+    publishNotReadyAddresses makes the names resolve before sshd is Ready, so
+    nothing waits on DNS propagation after readiness.
+    """
+    name = job.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, names.service_name(name), names.base_labels(name)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {
+                names.LABEL_JOB_NAME: name,
+                names.LABEL_ROLE: contract.ROLE_WORKER,
+            },
+            "ports": [
+                {
+                    "name": "ssh",
+                    "port": contract.SSH_PORT,
+                    "targetPort": contract.SSH_PORT,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def launcher_command(spec: HorovodJobSpec) -> list[str]:
+    """The launcher's horovodrun line; nobody counts ranks by hand."""
+    return [
+        "horovodrun",
+        "-np",
+        str(spec.total_slots()),
+        "--hostfile",
+        f"{contract.CONFIG_MOUNT_PATH}/{contract.HOSTFILE}",
+        "-p",
+        str(contract.SSH_PORT),
+        "--ssh-identity-file",
+        f"{contract.SSH_MOUNT_PATH}/{contract.SSH_PRIVATE_KEY}",
+        *spec.command,
+    ]
+
+
+def _env(job: HorovodJob, role: str) -> list[Obj]:
+    return [
+        {"name": contract.ENV_JOB_NAME, "value": job.metadata.name},
+        {"name": contract.ENV_JOB_NAMESPACE, "value": job.metadata.namespace},
+        {"name": contract.ENV_ROLE, "value": role},
+        {"name": contract.ENV_EXPECTED_SIZE, "value": str(job.spec.total_slots())},
+    ]
+
+
+def _volumes(job: HorovodJob) -> list[Obj]:
+    name = job.metadata.name
+    return [
+        {
+            "name": names.SSH_VOLUME,
+            "secret": {"secretName": names.secret_name(name), "defaultMode": 0o600},
+        },
+        {
+            "name": names.CONFIG_VOLUME,
+            "configMap": {
+                "name": names.config_name(name),
+                "items": [
+                    {"key": contract.HOSTFILE, "path": contract.HOSTFILE},
+                    {
+                        "key": contract.DISCOVER_HOSTS,
+                        "path": contract.DISCOVER_HOSTS,
+                        "mode": 0o755,
+                    },
+                ],
+            },
+        },
+    ]
+
+
+def _volume_mounts() -> list[Obj]:
+    return [
+        {"name": names.SSH_VOLUME, "mountPath": contract.SSH_MOUNT_PATH, "readOnly": True},
+        {"name": names.CONFIG_VOLUME, "mountPath": contract.CONFIG_MOUNT_PATH, "readOnly": True},
+    ]
+
+
+def _merge_named(existing: list[Obj], ours: list[Obj], key: str = "name") -> list[Obj]:
+    """The user's entries, with ours replacing any that share their key."""
+    taken = {item[key] for item in ours}
+    return [item for item in existing if item.get(key) not in taken] + ours
+
+
+def _main_container(pod_spec: Obj, name: str) -> Obj:
+    """The container the operator configures: the one called `name`, else the first."""
+    containers: list[Obj] = pod_spec.setdefault("containers", [])
+    for container in containers:
+        if container.get("name") == name:
+            return container
+    if not containers:
+        containers.append({"name": name})
+    return containers[0]
+
+
+def _pod_template(
+    job: HorovodJob, user_template: Obj | None, role: str, labels: dict[str, str]
+) -> tuple[Obj, Obj, Obj]:
+    """Merge the user's PodTemplateSpec with what every pod of the job needs.
+
+    The user's template is the base; the operator's labels, env, volumes and
+    mounts are added (replacing same-named entries), since the launcher and
+    workers cannot talk without them. Returns (metadata, pod spec, container).
+    """
+    template = copy.deepcopy(user_template or {})
+    user_meta: Obj = template.get("metadata") or {}
+    pod_spec: Obj = template.get("spec") or {}
+
+    all_labels = {**(user_meta.get("labels") or {}), **labels}
+    if job.spec.scheduling.queue:
+        all_labels[names.LABEL_KUEUE_QUEUE] = job.spec.scheduling.queue
+    metadata: Obj = {"labels": all_labels}
+    if user_meta.get("annotations"):
+        metadata["annotations"] = user_meta["annotations"]
+
+    # The operator restarts the whole job; kubelet restarting a rank in place
+    # would leave horovodrun with a dead peer.
+    pod_spec["restartPolicy"] = "Never"
+    if job.spec.scheduling.scheduler_name:
+        pod_spec["schedulerName"] = job.spec.scheduling.scheduler_name
+    if job.spec.scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = job.spec.scheduling.priority_class_name
+    pod_spec["volumes"] = _merge_named(pod_spec.get("volumes") or [], _volumes(job))
+
+    container = _main_container(pod_spec, role)
+    container.setdefault("image", job.spec.image)
+    container["env"] = _merge_named(container.get("env") or [], _env(job, role))
+    container["volumeMounts"] = _merge_named(
+        container.get("volumeMounts") or [], _volume_mounts(), key="mountPath"
+    )
+    return metadata, pod_spec, container
+
+
+def new_worker_pod(job: HorovodJob, index: int, attempt: int) -> Obj:
+    """Worker pod `<job>-worker-<i>`: sshd by default, reachable as its hostname."""
+    name = job.metadata.name
+    labels = {
+        **names.role_labels(name, contract.ROLE_WORKER),
+        names.LABEL_WORKER_INDEX: str(index),
+        names.LABEL_ATTEMPT: str(attempt),
+    }
+    template_meta, pod_spec, container = _pod_template(
+        job, job.spec.worker.template, contract.ROLE_WORKER, labels
+    )
+    pod_spec["hostname"] = names.worker_name(name, index)
+    pod_spec["subdomain"] = names.service_name(name)
+
+    container.setdefault("command", list(contract.WORKER_SSHD_COMMAND))
+    resources = job.spec.worker.resources
+    if resources is not None:
+        merged: Obj = dict(container.get("resources") or {})
+        for kind, values in (("limits", resources.limits), ("requests", resources.requests)):
+            if values:
+                merged[kind] = {**(merged.get(kind) or {}), **values}
+        container["resources"] = merged
+    ports = [p for p in container.get("ports") or [] if p.get("containerPort") != contract.SSH_PORT]
+    container["ports"] = [
+        *ports,
+        {"name": "ssh", "containerPort": contract.SSH_PORT, "protocol": "TCP"},
+    ]
+    container.setdefault(
+        "readinessProbe",
+        {"tcpSocket": {"port": contract.SSH_PORT}, "periodSeconds": READINESS_PERIOD_SECONDS},
+    )
+    metadata = _metadata(job, names.worker_name(name, index), template_meta["labels"])
+    if "annotations" in template_meta:
+        metadata["annotations"] = template_meta["annotations"]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def new_launcher_job(job: HorovodJob, attempt: int) -> Obj:
+    """batch/v1 Job `<job>-launcher` running horovodrun once (the operator retries).
+
+    backoffLimit 0: a failed launcher means a failed attempt, and the operator
+    restarts the workers with it, which a Job controller retry could not do.
+    """
+    name = job.metadata.name
+    labels = {
+        **names.role_labels(name, contract.ROLE_LAUNCHER),
+        names.LABEL_ATTEMPT: str(attempt),
+    }
+    template_meta, pod_spec, container = _pod_template(
+        job, job.spec.launcher.template, contract.ROLE_LAUNCHER, labels
+    )
+    container.setdefault("command", launcher_command(job.spec))
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(job, names.launcher_name(name), labels),
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"metadata": template_meta, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,162 @@
+"""kopf wiring only: settings, indexes, and handlers that ask for reconciles.
+
+The HorovodJob has no kopf create/update/delete handlers on purpose: those
+need a finalizer and progress annotations (two extra writes per job, and a
+finalizer that blocks deletion while the operator is down). The reconciler is
+level-triggered instead, and ownerReferences let garbage collection delete
+the children, including any created while the job was being deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from . import metrics, names
+from .api import GROUP, PLURAL, VERSION
+from .kube import Kube, load_configuration
+from .reconciler import Reconciler
+from .settings import OperatorConfig
+
+logger = logging.getLogger(__name__)
+
+# Set by __main__ before kopf starts; the defaults serve in-process test runners.
+CONFIG = OperatorConfig()
+
+_MANAGED: dict[str, Any] = {
+    names.LABEL_MANAGED_BY: names.MANAGED_BY,
+    names.LABEL_JOB_NAME: kopf.PRESENT,
+}
+
+
+def configure(config: OperatorConfig) -> None:
+    global CONFIG
+    CONFIG = config
+
+
+def configure_settings(settings: kopf.OperatorSettings) -> None:
+    """kopf settings of the operator (separate from startup so that tests can check them)."""
+    # Server-side label selectors: the operator never receives, indexes or keeps
+    # pods and Jobs that are not its own, however big the cluster.
+    settings.watching.label_selectors["v1", "pods"] = names.MANAGED_SELECTOR
+    settings.watching.label_selectors["batch", "v1", "jobs"] = names.MANAGED_SELECTOR
+    # Explicit persistence, although the handlers here store nothing: event
+    # handlers and indexes need neither progress nor finalizers.
+    settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # The reconciler posts its own Events; kopf posting every log line would
+    # double the writes per job.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config = CONFIG
+    configure_settings(settings)
+    kube = Kube(
+        load_configuration(config.kubeconfig),
+        qps=config.qps,
+        burst=config.burst,
+        threads=config.api_threads,
+    )
+    kube.on_request = metrics.count_request
+    memo.reconciler = Reconciler(kube, batch_window=config.batch_window)
+    memo.health = None
+    if config.http_port:
+        health = metrics.HealthServer(config.http_port)
+        await health.start()
+        health.ready = True
+        memo.health = health
+    logger.info(
+        "horovod-operator watching %s",
+        ", ".join(config.namespaces) if config.namespaces else "all namespaces",
+    )
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf's watches use the same credentials as the reconciler (--kubeconfig or in-cluster)."""
+    configuration = load_configuration(CONFIG.kubeconfig)
+    header = configuration.get_api_key_with_prefix(
+        "BearerToken"
+    ) or configuration.get_api_key_with_prefix("authorization")
+    scheme, token = None, None
+    if header:
+        parts = header.split(" ", 1)
+        scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    reconciler: Reconciler | None = getattr(memo, "reconciler", None)
+    if reconciler is not None:
+        await reconciler.shutdown()
+        reconciler.kube.close()
+    health: metrics.HealthServer | None = getattr(memo, "health", None)
+    if health is not None:
+        await health.stop()
+
+
+# --- indexes: the reconciler's view of the cluster -----------------------------------------
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def hvjob_bodies(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", name): dict(body)}
+
+
+@kopf.index("v1", "pods", labels=_MANAGED)
+def hvjob_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", labels[names.LABEL_JOB_NAME]): dict(body)}
+
+
+@kopf.index("batch", "v1", "jobs", labels=_MANAGED)
+def hvjob_launchers(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", labels[names.LABEL_JOB_NAME]): dict(body)}
+
+
+# --- events: each asks for a reconcile of the job it belongs to ----------------------------
+
+
+def _trigger(memo: kopf.Memo, key: tuple[str, str], indexes: dict[str, Any]) -> None:
+    reconciler: Reconciler = memo.reconciler
+    reconciler.bind(indexes["hvjob_bodies"], indexes["hvjob_pods"], indexes["hvjob_launchers"])
+    reconciler.trigger(key)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def job_event(namespace: str | None, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    _trigger(memo, (namespace or "", name), kwargs)
+
+
+@kopf.on.event("v1", "pods", labels=_MANAGED)
+async def pod_event(
+    namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    _trigger(memo, (namespace or "", labels[names.LABEL_JOB_NAME]), kwargs)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=_MANAGED)
+async def launcher_event(
+    namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    _trigger(memo, (namespace or "", labels[names.LABEL_JOB_NAME]), kwargs)

@@ -1,0 +1,294 @@
+"""Every Kubernetes API call the reconciler makes, in one place.
+
+A thin JSON client over the kubernetes package's ApiClient (its configuration
+loads kubeconfig or in-cluster credentials), run in a thread pool so the kopf
+event loop never blocks. Plain dicts go in and come out; no typed models, so
+what the builders produce is exactly what is sent.
+
+Creates are create-if-absent (409 AlreadyExists is success) and deletes are
+delete-if-present (404 is success), so every call can be repeated safely by
+an operator that restarted at any point. A token bucket caps requests per
+second (QPS with a burst), like client-go's rate limiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, TypeVar
+
+from kubernetes import client, config
+
+from .api import GROUP, PLURAL, VERSION
+
+logger = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+
+FIELD_MANAGER: Final = "horovod-operator"
+
+
+class KubeError(Exception):
+    """An API error response, with the HTTP status and the server's message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def invalid(self) -> bool:
+        """The server rejected the object itself (a bad template); retrying cannot fix it."""
+        return self.status in (400, 422)
+
+
+class RateLimiter:
+    """Token bucket: `qps` requests per second on average, `burst` at once."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self._tokens = float(self.burst)
+        self._updated = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        if self.qps <= 0:
+            return
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.qps)
+                self._updated = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return
+                await asyncio.sleep((1 - self._tokens) / self.qps)
+
+
+def load_configuration(kubeconfig: str | None) -> client.Configuration:
+    """In-cluster credentials when running in a pod, else the kubeconfig."""
+    configuration = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return configuration
+        except config.ConfigException:
+            pass
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=kubeconfig, client_configuration=configuration
+    )
+    return configuration
+
+
+# Where each kind lives in the API.
+_PATHS: Final[dict[str, str]] = {
+    "Pod": "/api/v1/namespaces/{namespace}/pods",
+    "Secret": "/api/v1/namespaces/{namespace}/secrets",
+    "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
+    "Service": "/api/v1/namespaces/{namespace}/services",
+    "Event": "/api/v1/namespaces/{namespace}/events",
+    "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
+    "HorovodJob": f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}",
+}
+
+
+class Kube:
+    """The operator's API client. One per process; thread-safe."""
+
+    def __init__(
+        self,
+        configuration: client.Configuration,
+        qps: float = 50.0,
+        burst: int = 100,
+        threads: int = 16,
+    ) -> None:
+        configuration.connection_pool_maxsize = threads
+        self._api = client.ApiClient(configuration)
+        self._api.user_agent = FIELD_MANAGER
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
+        self._limiter = RateLimiter(qps, burst)
+        # Counts of requests by verb and kind, for metrics and the write-count benchmark.
+        self.on_request: Callable[[str, str], None] = lambda verb, kind: None
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._api.close()  # type: ignore[no-untyped-call]
+
+    async def _request(
+        self,
+        verb: str,
+        kind: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        await self._limiter.acquire()
+        self.on_request(verb, kind)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, self._request_sync, verb, path, body, query, content_type
+        )
+
+    def _request_sync(
+        self,
+        verb: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+    ) -> Obj:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method, url, header_params, payload, post_params = self._api.param_serialize(
+            method=verb,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self._api.call_api(method, url, header_params, payload, post_params)
+        raw = response.read()  # type: ignore[no-untyped-call]
+        data: Obj = json.loads(raw) if raw else {}
+        if not 200 <= response.status < 300:
+            raise KubeError(
+                response.status,
+                str(data.get("reason") or response.reason),
+                str(data.get("message") or raw[:500]),
+            )
+        return data
+
+    # --- children ------------------------------------------------------------------------
+
+    async def create(self, obj: Obj) -> Obj | None:
+        """Create `obj`; None when it already exists (409 counts as success)."""
+        kind = obj["kind"]
+        path = _PATHS[kind].format(namespace=obj["metadata"]["namespace"])
+        try:
+            return await self._request(
+                "POST", kind, path, body=obj, query={"fieldManager": FIELD_MANAGER}
+            )
+        except KubeError as error:
+            if error.conflict:
+                return None
+            raise
+
+    async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
+        try:
+            return await self._request("GET", kind, path)
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+
+    async def merge_patch(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+        path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
+        return await self._request(
+            "PATCH",
+            kind,
+            path,
+            body=patch,
+            query={"fieldManager": FIELD_MANAGER},
+            content_type="application/merge-patch+json",
+        )
+
+    async def delete(
+        self, kind: str, namespace: str, name: str, propagation: str = "Background"
+    ) -> Obj | None:
+        """Delete an object; None when it is already gone (404 counts as success)."""
+        path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        try:
+            return await self._request("DELETE", kind, path, body=body)
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+
+    # --- the HorovodJob ------------------------------------------------------------------
+
+    async def get_job(self, namespace: str, name: str) -> Obj | None:
+        path = _PATHS["HorovodJob"].format(namespace=namespace) + f"/{name}"
+        try:
+            return await self._request("GET", "HorovodJob", path)
+        except KubeError as error:
+            if error.not_found:
+                return None
+            raise
+
+    async def patch_job_status(
+        self, namespace: str, name: str, resource_version: str | None, status: Obj
+    ) -> Obj:
+        """Merge-patch the status subresource, conditional on resourceVersion.
+
+        The precondition turns a status computed from a stale body into a 409
+        conflict instead of a lost update (for example a restart counted twice).
+        """
+        path = _PATHS["HorovodJob"].format(namespace=namespace) + f"/{name}/status"
+        patch: Obj = {"status": status}
+        if resource_version is not None:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        return await self._request(
+            "PATCH",
+            "HorovodJob",
+            path,
+            body=patch,
+            query={"fieldManager": FIELD_MANAGER},
+            content_type="application/merge-patch+json",
+        )
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        await self.delete("HorovodJob", namespace, name)
+
+    async def post_event(
+        self,
+        job: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        now: str,
+    ) -> None:
+        """A core/v1 Event on the HorovodJob (kubectl describe shows it)."""
+        meta = job["metadata"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": job.get("apiVersion", f"{GROUP}/{VERSION}"),
+                "kind": job.get("kind", "HorovodJob"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "reportingInstance": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.create(event)
+        except KubeError as error:  # an Event is best effort; the status carries the truth
+            logger.warning("could not post event %s on %s: %s", reason, meta["name"], error)

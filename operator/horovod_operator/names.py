@@ -1,0 +1,54 @@
+"""Names and labels of the objects a HorovodJob owns: one-line helpers, one place."""
+
+from typing import Final
+
+LABEL_JOB_NAME: Final = "horovod.ai/job-name"
+LABEL_ROLE: Final = "horovod.ai/role"
+LABEL_WORKER_INDEX: Final = "horovod.ai/worker-index"
+# The restart attempt (status.restarts when created); pods of older attempts are
+# only ever deleted, never counted, so a late event cannot fail a fresh attempt.
+LABEL_ATTEMPT: Final = "horovod.ai/attempt"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "horovod-operator"
+LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
+
+# The server-side selector of every pod and Job watch.
+MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+
+WORKER_CONTAINER: Final = "worker"
+LAUNCHER_CONTAINER: Final = "launcher"
+SSH_VOLUME: Final = "horovod-ssh"
+CONFIG_VOLUME: Final = "horovod-config"
+
+
+def worker_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def service_name(job: str) -> str:
+    return f"{job}-worker"
+
+
+def secret_name(job: str) -> str:
+    return f"{job}-ssh"
+
+
+def config_name(job: str) -> str:
+    return f"{job}-config"
+
+
+def launcher_name(job: str) -> str:
+    return f"{job}-launcher"
+
+
+def worker_host(job: str, namespace: str, index: int) -> str:
+    """The DNS name of a worker pod through the headless Service."""
+    return f"{worker_name(job, index)}.{service_name(job)}.{namespace}.svc"
+
+
+def base_labels(job: str) -> dict[str, str]:
+    return {LABEL_JOB_NAME: job, LABEL_MANAGED_BY: MANAGED_BY}
+
+
+def role_labels(job: str, role: str) -> dict[str, str]:
+    return {**base_labels(job), LABEL_ROLE: role}

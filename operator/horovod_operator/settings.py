@@ -1,0 +1,105 @@
+"""Operator options: command-line flags, each with an environment variable default."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+ENV_PREFIX: Final = "HOROVOD_OPERATOR_"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespaces: tuple[str, ...] = ()  # empty: all namespaces
+    kubeconfig: str | None = None
+    log_level: str = "INFO"
+    log_format: str = "plain"  # plain | full | json
+    http_port: int = 8080  # /healthz, /readyz, /metrics; 0 disables
+    qps: float = 50.0
+    burst: int = 100
+    api_threads: int = 16
+    batch_window: float = 0.2
+    peering: str | None = None  # a kopf peering name; None runs standalone
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def all_namespaces(self) -> bool:
+        return not self.namespaces
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(ENV_PREFIX + name, default)
+
+
+def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
+    defaults = OperatorConfig()
+    parser = argparse.ArgumentParser(
+        prog="horovod-operator",
+        description="Run the HorovodJob operator. Every flag also reads "
+        f"{ENV_PREFIX}<FLAG> from the environment (e.g. {ENV_PREFIX}NAMESPACES=a,b).",
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        help="watch this namespace (repeatable; comma-separated lists work too); "
+        "default: all namespaces",
+    )
+    parser.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="watch every namespace (default)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG") or None,
+        help="kubeconfig path; default: in-cluster credentials, else ~/.kube/config",
+    )
+    parser.add_argument("--log-level", default=_env("LOG_LEVEL", defaults.log_level))
+    parser.add_argument(
+        "--log-format",
+        choices=["plain", "full", "json"],
+        default=_env("LOG_FORMAT", defaults.log_format),
+    )
+    parser.add_argument(
+        "--http-port",
+        type=int,
+        default=int(_env("HTTP_PORT", str(defaults.http_port))),
+        help="port of /healthz, /readyz and /metrics (0 disables)",
+    )
+    parser.add_argument("--qps", type=float, default=float(_env("QPS", str(defaults.qps))))
+    parser.add_argument("--burst", type=int, default=int(_env("BURST", str(defaults.burst))))
+    parser.add_argument(
+        "--api-threads", type=int, default=int(_env("API_THREADS", str(defaults.api_threads)))
+    )
+    parser.add_argument(
+        "--batch-window",
+        type=float,
+        default=float(_env("BATCH_WINDOW", str(defaults.batch_window))),
+        help="seconds to gather a job's events into one reconcile (fewer status writes)",
+    )
+    parser.add_argument(
+        "--peering",
+        default=_env("PEERING", "") or None,
+        help="kopf peering name for several replicas; default: standalone",
+    )
+    args = parser.parse_args(argv)
+
+    raw = args.namespaces or [_env("NAMESPACES", "")]
+    namespaces = tuple(n.strip() for item in raw for n in item.split(",") if n.strip())
+    if args.all_namespaces or namespaces == ("*",):
+        namespaces = ()
+    return OperatorConfig(
+        namespaces=namespaces,
+        kubeconfig=args.kubeconfig,
+        log_level=args.log_level.upper(),
+        log_format=args.log_format,
+        http_port=args.http_port,
+        qps=args.qps,
+        burst=args.burst,
+        api_threads=args.api_threads,
+        batch_window=args.batch_window,
+        peering=args.peering,
+    )

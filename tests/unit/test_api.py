@@ -1,0 +1,122 @@
+"""The HorovodJob models: defaults, and one clear message per invalid field."""
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from horovod_operator.api import HorovodJob, format_validation_error, parse_job
+
+
+def body(name: str = "mnist", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "horovod.ai/v1alpha1",
+        "kind": "HorovodJob",
+        "metadata": {"name": name, "namespace": "ns", "uid": "u1", "generation": 1},
+        "spec": {"image": "horovod-worker:0.1.0", "command": ["python", "train.py"], **spec},
+    }
+
+
+def test_defaults() -> None:
+    job = parse_job(body())
+    spec = job.spec
+    assert spec.slots_per_worker == 1
+    assert spec.launch_mode == "mpi"
+    assert spec.worker.replicas == 1
+    assert spec.worker.resources is None
+    assert spec.run_policy.backoff_limit == 3
+    assert spec.run_policy.clean_pod_policy == "Running"
+    assert spec.run_policy.launcher_creation_policy == "WaitForWorkersReady"
+    assert spec.run_policy.suspend is False
+    assert spec.run_policy.active_deadline_seconds is None
+    assert spec.scheduling.queue is None
+    assert spec.total_slots() == 1
+
+
+def test_camel_case_round_trip() -> None:
+    job = parse_job(
+        body(
+            slotsPerWorker=4,
+            worker={"replicas": 3, "resources": {"limits": {"nvidia.com/gpu": 4}}},
+            runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": 60, "cleanPodPolicy": "All"},
+            scheduling={"priorityClassName": "high", "queue": "gpus"},
+        )
+    )
+    assert job.spec.total_slots() == 12
+    dumped = job.spec.model_dump(by_alias=True, exclude_none=True)
+    assert dumped["runPolicy"]["activeDeadlineSeconds"] == 60
+    assert dumped["scheduling"] == {"priorityClassName": "high", "queue": "gpus"}
+    assert isinstance(job, HorovodJob)
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "message"),
+    [
+        ("a", {"worker": {"replicas": 0}}, "spec.worker.replicas: Input should be greater"),
+        ("a", {"worker": {"replicas": -1}}, "spec.worker.replicas: Input should be greater"),
+        ("a", {"slotsPerWorker": 0}, "spec.slotsPerWorker: Input should be greater"),
+        ("a", {"launchMode": "gloo"}, "spec.launchMode: gloo is not supported yet"),
+        ("a", {"launchMode": "nccl"}, "spec.launchMode: Input should be 'mpi' or 'gloo'"),
+        ("a", {"bogus": 1}, "spec.bogus: Extra inputs are not permitted"),
+        ("a", {"worker": {"replica": 2}}, "spec.worker.replica: Extra inputs are not permitted"),
+        ("a", {"command": []}, "spec.command: List should have at least 1 item"),
+        ("a", {"image": ""}, "spec.image: String should have at least 1 character"),
+        ("a", {"worker": {"replicas": "two"}}, "spec.worker.replicas: Input should be a valid"),
+        (
+            "a",
+            {"slotsPerWorker": 2, "worker": {"resources": {"limits": {"nvidia.com/gpu": 1}}}},
+            "spec.slotsPerWorker: 2 is more than the 1 GPU(s) requested per worker",
+        ),
+        (
+            "a",
+            {"worker": {"resources": {"limits": {"nvidia.com/gpu": "1.5"}}}},
+            "spec.worker.resources.limits: nvidia.com/gpu must be a whole number",
+        ),
+        ("a", {"runPolicy": {"backoffLimit": -1}}, "spec.runPolicy.backoffLimit: Input should"),
+        (
+            "a",
+            {"runPolicy": {"cleanPodPolicy": "Some"}},
+            "spec.runPolicy.cleanPodPolicy: Input should be 'None', 'Running' or 'All'",
+        ),
+        ("x" * 54, {"worker": {"replicas": 11}}, "metadata.name: 'xxxx"),
+        ("x" * 55, {}, "use at most 54 characters"),
+        ("1job", {}, "metadata.name: '1job' must be a DNS-1035 label"),
+    ],
+)
+def test_invalid_specs_name_the_field(name: str, spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as raised:
+        parse_job(body(name, **spec))
+    assert message in format_validation_error(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "replicas"),
+    [
+        ("x" * 54, 10),  # x...x-worker-9 is exactly 63 characters
+        ("x" * 53, 100),  # x...x-worker-99
+        ("a", 1),
+    ],
+)
+def test_longest_valid_names(name: str, replicas: int) -> None:
+    assert parse_job(body(name, worker={"replicas": replicas})).metadata.name == name
+
+
+def test_slots_may_equal_gpus_and_gpus_may_be_strings() -> None:
+    job = parse_job(
+        body(slotsPerWorker=8, worker={"resources": {"limits": {"nvidia.com/gpu": "8"}}})
+    )
+    assert job.spec.worker.resources is not None
+    assert job.spec.worker.resources.gpus() == 8
+
+
+def test_slots_unbounded_without_gpus() -> None:
+    assert parse_job(body(slotsPerWorker=16)).spec.total_slots() == 16
+
+
+def test_metadata_and_status_extras_are_ignored() -> None:
+    raw = body()
+    raw["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    raw["status"] = {"phase": "Running", "restarts": 2}
+    job = parse_job(raw)
+    assert job.status is not None
+    assert job.status.restarts == 2

@@ -1,0 +1,323 @@
+"""Builders: each child object compared whole, table-driven over specs."""
+
+import base64
+from typing import Any
+
+import pytest
+
+from horovod_operator import builders
+from horovod_operator.api import HorovodJob, parse_job
+from horovod_operator.sshkeys import KeyPair, generate_key_pair
+
+OWNER = {
+    "apiVersion": "horovod.ai/v1alpha1",
+    "kind": "HorovodJob",
+    "name": "mnist",
+    "uid": "uid-1",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+BASE_LABELS = {"horovod.ai/job-name": "mnist", "app.kubernetes.io/managed-by": "horovod-operator"}
+ENV_WORKER = [
+    {"name": "HVJOB_NAME", "value": "mnist"},
+    {"name": "HVJOB_NAMESPACE", "value": "team"},
+    {"name": "HVJOB_ROLE", "value": "worker"},
+    {"name": "HVJOB_EXPECTED_SIZE", "value": "4"},
+]
+VOLUMES = [
+    {"name": "horovod-ssh", "secret": {"secretName": "mnist-ssh", "defaultMode": 0o600}},
+    {
+        "name": "horovod-config",
+        "configMap": {
+            "name": "mnist-config",
+            "items": [
+                {"key": "hostfile", "path": "hostfile"},
+                {"key": "discover_hosts.sh", "path": "discover_hosts.sh", "mode": 0o755},
+            ],
+        },
+    },
+]
+MOUNTS = [
+    {"name": "horovod-ssh", "mountPath": "/etc/horovod/ssh", "readOnly": True},
+    {"name": "horovod-config", "mountPath": "/etc/horovod/config", "readOnly": True},
+]
+
+
+def make_job(**spec: Any) -> HorovodJob:
+    merged: dict[str, Any] = {
+        "image": "horovod-worker:0.1.0",
+        "command": ["python", "-m", "horovod_worker.train"],
+        "slotsPerWorker": 2,
+        "worker": {"replicas": 2, "resources": {"limits": {"nvidia.com/gpu": 2}}},
+        **spec,
+    }
+    return parse_job(
+        {
+            "metadata": {"name": "mnist", "namespace": "team", "uid": "uid-1"},
+            "spec": merged,
+        }
+    )
+
+
+def test_ssh_secret() -> None:
+    keys = KeyPair(private_openssh="PRIVATE\n", public_openssh="ssh-ed25519 AAA op\n")
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    assert builders.new_ssh_secret(make_job(), keys) == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "mnist-ssh",
+            "namespace": "team",
+            "labels": BASE_LABELS,
+            "ownerReferences": [OWNER],
+        },
+        "type": "Opaque",
+        "data": {
+            "id_ed25519": b64("PRIVATE\n"),
+            "id_ed25519.pub": b64("ssh-ed25519 AAA op\n"),
+            "authorized_keys": b64("ssh-ed25519 AAA op\n"),
+        },
+    }
+
+
+def test_generated_keys_are_openssh_ed25519() -> None:
+    first, second = generate_key_pair(), generate_key_pair()
+    assert first.private_openssh.startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+    assert first.public_openssh.startswith("ssh-ed25519 ")
+    assert first != second  # fresh per job
+
+
+@pytest.mark.parametrize(
+    ("spec", "hostfile", "script"),
+    [
+        (
+            {},
+            "mnist-worker-0.mnist-worker.team.svc slots=2\n"
+            "mnist-worker-1.mnist-worker.team.svc slots=2\n",
+            "#!/bin/sh\necho mnist-worker-0.mnist-worker.team.svc:2\n"
+            "echo mnist-worker-1.mnist-worker.team.svc:2\n",
+        ),
+        (
+            {"slotsPerWorker": 1, "worker": {"replicas": 1}},
+            "mnist-worker-0.mnist-worker.team.svc slots=1\n",
+            "#!/bin/sh\necho mnist-worker-0.mnist-worker.team.svc:1\n",
+        ),
+    ],
+)
+def test_config_map(spec: dict[str, Any], hostfile: str, script: str) -> None:
+    assert builders.new_config_map(make_job(**spec)) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "mnist-config",
+            "namespace": "team",
+            "labels": BASE_LABELS,
+            "ownerReferences": [OWNER],
+        },
+        "data": {"hostfile": hostfile, "discover_hosts.sh": script},
+    }
+
+
+def test_worker_service() -> None:
+    assert builders.new_worker_service(make_job()) == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "mnist-worker",
+            "namespace": "team",
+            "labels": BASE_LABELS,
+            "ownerReferences": [OWNER],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"horovod.ai/job-name": "mnist", "horovod.ai/role": "worker"},
+            "ports": [{"name": "ssh", "port": 2222, "targetPort": 2222, "protocol": "TCP"}],
+        },
+    }
+
+
+def expected_worker(index: int, attempt: int = 0, **overrides: Any) -> dict[str, Any]:
+    container = {
+        "name": "worker",
+        "image": "horovod-worker:0.1.0",
+        "env": ENV_WORKER,
+        "volumeMounts": MOUNTS,
+        "command": ["python", "-m", "horovod_worker.sshd"],
+        "resources": {"limits": {"nvidia.com/gpu": 2}},
+        "ports": [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 2},
+        **overrides.pop("container", {}),
+    }
+    spec = {
+        "restartPolicy": "Never",
+        "volumes": VOLUMES,
+        "containers": [container],
+        "hostname": f"mnist-worker-{index}",
+        "subdomain": "mnist-worker",
+        **overrides.pop("spec", {}),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"mnist-worker-{index}",
+            "namespace": "team",
+            "labels": {
+                **BASE_LABELS,
+                "horovod.ai/role": "worker",
+                "horovod.ai/worker-index": str(index),
+                "horovod.ai/attempt": str(attempt),
+                **overrides.pop("labels", {}),
+            },
+            "ownerReferences": [OWNER],
+        },
+        "spec": spec,
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "index", "attempt", "expected"),
+    [
+        ({}, 0, 0, expected_worker(0)),
+        ({}, 1, 3, expected_worker(1, attempt=3)),
+        (
+            {"scheduling": {"schedulerName": "volcano", "priorityClassName": "hi", "queue": "q"}},
+            0,
+            0,
+            expected_worker(
+                0,
+                spec={"schedulerName": "volcano", "priorityClassName": "hi"},
+                labels={"kueue.x-k8s.io/queue-name": "q"},
+            ),
+        ),
+        (
+            # A user template: its labels, nodeSelector, command, env and resources are kept;
+            # the operator's env and labels win where they collide.
+            {
+                "worker": {
+                    "replicas": 2,
+                    "resources": {"limits": {"nvidia.com/gpu": 2}},
+                    "template": {
+                        "metadata": {"labels": {"team": "ml", "horovod.ai/role": "x"}},
+                        "spec": {
+                            "nodeSelector": {"gpu": "a100"},
+                            "containers": [
+                                {
+                                    "name": "worker",
+                                    "image": "custom:1",
+                                    "command": ["/usr/sbin/sshd", "-D"],
+                                    "env": [
+                                        {"name": "NCCL_DEBUG", "value": "INFO"},
+                                        {"name": "HVJOB_ROLE", "value": "bogus"},
+                                    ],
+                                    "resources": {"limits": {"memory": "8Gi"}},
+                                }
+                            ],
+                        },
+                    },
+                }
+            },
+            0,
+            0,
+            expected_worker(
+                0,
+                labels={"team": "ml", "horovod.ai/role": "worker"},
+                spec={"nodeSelector": {"gpu": "a100"}},
+                container={
+                    "image": "custom:1",
+                    "command": ["/usr/sbin/sshd", "-D"],
+                    "env": [{"name": "NCCL_DEBUG", "value": "INFO"}, *ENV_WORKER],
+                    "resources": {"limits": {"memory": "8Gi", "nvidia.com/gpu": 2}},
+                },
+            ),
+        ),
+    ],
+)
+def test_worker_pod(spec: dict[str, Any], index: int, attempt: int, expected: Any) -> None:
+    pod = builders.new_worker_pod(make_job(**spec), index, attempt)
+    # Key order inside the pod spec does not matter to the API server.
+    assert pod == expected
+
+
+def test_worker_template_is_not_mutated() -> None:
+    template = {"spec": {"containers": [{"name": "worker"}]}}
+    job = make_job(worker={"replicas": 1, "template": template})
+    builders.new_worker_pod(job, 0, 0)
+    assert template == {"spec": {"containers": [{"name": "worker"}]}}
+
+
+def expected_launcher(command: list[str], attempt: int = 0, **overrides: Any) -> dict[str, Any]:
+    labels = {**BASE_LABELS, "horovod.ai/role": "launcher", "horovod.ai/attempt": str(attempt)}
+    env = [
+        {**item, "value": "launcher"} if item["name"] == "HVJOB_ROLE" else item
+        for item in ENV_WORKER
+    ]
+    container = {
+        "name": "launcher",
+        "image": "horovod-worker:0.1.0",
+        "env": env,
+        "volumeMounts": MOUNTS,
+        "command": command,
+        **overrides.pop("container", {}),
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "mnist-launcher",
+            "namespace": "team",
+            "labels": labels,
+            "ownerReferences": [OWNER],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "Never", "volumes": VOLUMES, "containers": [container]},
+            },
+        },
+    }
+
+
+HOROVODRUN = [
+    "horovodrun",
+    "-np",
+    "4",
+    "--hostfile",
+    "/etc/horovod/config/hostfile",
+    "-p",
+    "2222",
+    "--ssh-identity-file",
+    "/etc/horovod/ssh/id_ed25519",
+    "python",
+    "-m",
+    "horovod_worker.train",
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "attempt", "expected"),
+    [
+        ({}, 0, expected_launcher(HOROVODRUN)),
+        ({}, 2, expected_launcher(HOROVODRUN, attempt=2)),
+        (
+            # A full launcher template overrides the generated command.
+            {
+                "launcher": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {"name": "main", "image": "mine:2", "command": ["mpirun", "x"]}
+                            ]
+                        }
+                    }
+                }
+            },
+            0,
+            expected_launcher(["mpirun", "x"], container={"name": "main", "image": "mine:2"}),
+        ),
+    ],
+)
+def test_launcher_job(spec: dict[str, Any], attempt: int, expected: Any) -> None:
+    assert builders.new_launcher_job(make_job(**spec), attempt) == expected

@@ -1,0 +1,35 @@
+"""kopf settings: watches of pods and Jobs carry the operator's label selector."""
+
+import kopf
+from kopf._cogs.structs.references import Resource
+
+from horovod_operator.handlers import configure_settings
+
+PODS = Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True)
+JOBS = Resource(group="batch", version="v1", plural="jobs", kind="Job", namespaced=True)
+HVJOBS = Resource(
+    group="horovod.ai",
+    version="v1alpha1",
+    plural="horovodjobs",
+    kind="HorovodJob",
+    namespaced=True,
+)
+
+
+def test_pod_and_job_watches_are_label_selected() -> None:
+    settings = kopf.OperatorSettings()
+    configure_settings(settings)
+    selector = ["app.kubernetes.io/managed-by=horovod-operator"]
+    # kopf joins these into the labelSelector query parameter of its list and
+    # watch requests (kopf/_cogs/clients/watching.py and fetching.py).
+    assert settings.watching.label_selectors.collect(PODS) == selector
+    assert settings.watching.label_selectors.collect(JOBS) == selector
+    assert settings.watching.label_selectors.collect(HVJOBS) == []
+
+
+def test_persistence_is_explicit_and_posting_is_off() -> None:
+    settings = kopf.OperatorSettings()
+    configure_settings(settings)
+    assert settings.persistence.finalizer == "horovod.ai/kopf-finalizer"
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert settings.posting.enabled is False

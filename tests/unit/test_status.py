@@ -1,0 +1,318 @@
+"""compute_status: the job's state machine, across pod-phase combinations."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from horovod_operator.api import Failure, HorovodJob, HorovodJobStatus, parse_job
+from horovod_operator.status import (
+    compute_status,
+    invalid_spec_status,
+    normalize_status,
+    set_condition,
+    stale_children,
+    status_body,
+)
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+T0 = "2026-01-01T11:59:00Z"
+NOW_S = "2026-01-01T12:00:00Z"
+
+
+def make_job(status: dict[str, Any] | None = None, **run_policy: Any) -> HorovodJob:
+    body: dict[str, Any] = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 2},
+        "spec": {
+            "image": "i",
+            "command": ["c"],
+            "worker": {"replicas": 2},
+            "runPolicy": {"backoffLimit": 1, **run_policy},
+        },
+    }
+    if status is not None:
+        body["status"] = status
+    return parse_job(body)
+
+
+def pod(
+    role: str,
+    name: str,
+    phase: str = "Running",
+    ready: bool = True,
+    attempt: int = 0,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    terminating: bool = False,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+    }
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {"name": role, "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}
+        ]
+    if reason:
+        status["reason"] = reason
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": {"horovod.ai/role": role, "horovod.ai/attempt": str(attempt)},
+        "creationTimestamp": "2026-01-01T11:59:30Z",
+    }
+    if terminating:
+        metadata["deletionTimestamp"] = NOW_S
+    return {"metadata": metadata, "spec": {"containers": [{"name": role}]}, "status": status}
+
+
+def worker(i: int, phase: str = "Running", **kw: Any) -> dict[str, Any]:
+    return pod("worker", f"j-worker-{i}", phase, **kw)
+
+
+def launcher_pod(phase: str = "Running", **kw: Any) -> dict[str, Any]:
+    return pod("launcher", "j-launcher-abcde", phase, **kw)
+
+
+def launcher_job(condition: str | None = None, attempt: int = 0) -> dict[str, Any]:
+    conditions = [{"type": condition, "status": "True"}] if condition else []
+    return {
+        "metadata": {
+            "name": "j-launcher",
+            "labels": {"horovod.ai/role": "launcher", "horovod.ai/attempt": str(attempt)},
+        },
+        "status": {"conditions": conditions},
+    }
+
+
+RUNNING = {"phase": "Running", "startTime": T0, "workers": {"replicas": 2}}
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "pods", "ljob", "phase", "counts"),
+    [
+        ("nothing yet", None, [], None, "Pending", (0, 0, 0)),
+        ("one pending", None, [worker(0, "Pending", ready=False)], None, "Pending", (0, 0, 0)),
+        (
+            "running not ready",
+            None,
+            [worker(0, ready=False), worker(1, ready=False)],
+            None,
+            "Starting",
+            (0, 2, 0),
+        ),
+        ("all ready, no launcher", None, [worker(0), worker(1)], None, "Starting", (2, 2, 0)),
+        (
+            "launcher pending",
+            None,
+            [worker(0), worker(1), launcher_pod("Pending")],
+            launcher_job(),
+            "Starting",
+            (2, 2, 0),
+        ),
+        (
+            "launcher running",
+            None,
+            [worker(0), worker(1), launcher_pod()],
+            launcher_job(),
+            "Running",
+            (2, 2, 0),
+        ),
+        (
+            "launcher succeeded",
+            RUNNING,
+            [worker(0), worker(1), launcher_pod("Succeeded", exit_code=0)],
+            launcher_job("Complete"),
+            "Succeeded",
+            (2, 2, 0),
+        ),
+        (
+            "worker OOM restarts",
+            RUNNING,
+            [worker(0), worker(1, "Failed", exit_code=137, reason="OOMKilled"), launcher_pod()],
+            launcher_job(),
+            "Restarting",
+            (1, 1, 1),
+        ),
+        (
+            "launcher failed restarts",
+            RUNNING,
+            [worker(0), worker(1), launcher_pod("Failed", exit_code=1)],
+            launcher_job("Failed"),
+            "Restarting",
+            (2, 2, 0),
+        ),
+        (
+            "old attempt pods are ignored",
+            {**RUNNING, "restarts": 1},
+            [worker(0, "Failed", attempt=0, exit_code=1)],
+            None,
+            "Pending",
+            (0, 0, 0),
+        ),
+        (
+            "terminating pods are not counted",
+            None,
+            [worker(0, terminating=True), worker(1)],
+            None,
+            "Pending",
+            (1, 1, 0),
+        ),
+    ],
+)
+def test_phases(
+    case: str,
+    status: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    ljob: dict[str, Any] | None,
+    phase: str,
+    counts: tuple[int, int, int],
+) -> None:
+    result = compute_status(make_job(status), pods, ljob, NOW)
+    assert result.phase == phase, case
+    assert result.workers is not None
+    assert (result.workers.ready, result.workers.running, result.workers.failed) == counts
+    assert result.observed_generation == 2
+    assert result.start_time is not None
+
+
+def test_worker_failure_names_the_pod_and_counts_the_restart() -> None:
+    pods = [worker(0), worker(1, "Failed", exit_code=137, reason="OOMKilled"), launcher_pod()]
+    result = compute_status(make_job(RUNNING), pods, launcher_job(), NOW)
+    assert result.restarts == 1
+    assert result.failures == [
+        Failure(pod="j-worker-1", container="worker", exit_code=137, reason="OOMKilled")
+    ]
+    restarting = next(c for c in result.conditions if c.type == "Restarting")
+    assert restarting.reason == "WorkerFailed"
+    assert "pod j-worker-1 container worker failed (OOMKilled, exit code 137)" in (
+        restarting.message
+    )
+    assert "restart 1 of 1" in restarting.message
+
+
+def test_backoff_limit_spent_fails_naming_the_cause() -> None:
+    pods = [worker(0, attempt=1), worker(1, "Failed", attempt=1, exit_code=137)]
+    status = {**RUNNING, "restarts": 1}
+    result = compute_status(make_job(status), pods, None, NOW)
+    assert result.phase == "Failed"
+    assert result.restarts == 1
+    assert result.completion_time == NOW_S
+    failed = next(c for c in result.conditions if c.type == "Failed")
+    assert (failed.status, failed.reason) == ("True", "WorkerFailed")
+    assert "j-worker-1" in failed.message
+    assert "backoffLimit (1) reached" in failed.message
+    assert result.failures[0].exit_code == 137
+
+
+def test_evicted_worker_without_container_status() -> None:
+    pods = [worker(0), worker(1, "Failed", reason="Evicted")]
+    result = compute_status(make_job(RUNNING, backoffLimit=0), pods, None, NOW)
+    assert result.phase == "Failed"
+    assert result.failures == [
+        Failure(pod="j-worker-1", container="worker", exit_code=None, reason="Evicted")
+    ]
+
+
+def test_launcher_failure_reports_its_exit_code() -> None:
+    pods = [worker(0), worker(1), launcher_pod("Failed", exit_code=3)]
+    result = compute_status(make_job(RUNNING, backoffLimit=0), pods, launcher_job("Failed"), NOW)
+    assert result.phase == "Failed"
+    assert result.failures == [
+        Failure(pod="j-launcher-abcde", container="launcher", exit_code=3, reason="Error")
+    ]
+    assert result.launcher is not None
+    assert (result.launcher.phase, result.launcher.exit_code) == ("Failed", 3)
+
+
+def test_restarting_waits_for_old_children() -> None:
+    status = {**RUNNING, "phase": "Restarting", "restarts": 1}
+    old = [worker(0, attempt=0), worker(1, attempt=0, terminating=True)]
+    assert compute_status(make_job(status), old, launcher_job(attempt=0), NOW).phase == (
+        "Restarting"
+    )
+    assert stale_children(old, launcher_job(attempt=0), 1) == [
+        "j-worker-0",
+        "j-worker-1",
+        "j-launcher",
+    ]
+    result = compute_status(make_job(status), [], None, NOW)
+    assert result.phase == "Pending"
+    restarting = next(c for c in result.conditions if c.type == "Restarting")
+    assert restarting.status == "False"
+
+
+def test_terminal_status_is_final() -> None:
+    status = {"phase": "Succeeded", "completionTime": T0, "observedGeneration": 1}
+    result = compute_status(make_job(status), [worker(0, "Failed", exit_code=1)], None, NOW)
+    assert status_body(result) == normalize_status(status)
+
+
+def test_deadline_exceeded() -> None:
+    job = make_job(RUNNING, activeDeadlineSeconds=60)
+    result = compute_status(job, [worker(0), worker(1)], None, NOW)
+    assert result.phase == "Failed"
+    assert next(c for c in result.conditions if c.type == "Failed").reason == "DeadlineExceeded"
+    early = make_job(RUNNING, activeDeadlineSeconds=61)
+    assert compute_status(early, [worker(0), worker(1)], None, NOW).phase == "Starting"
+
+
+def test_suspend_and_resume() -> None:
+    suspended = compute_status(make_job(RUNNING, suspend=True), [worker(0)], None, NOW)
+    assert suspended.phase == "Suspended"
+    assert [c.type for c in suspended.conditions if c.status == "True"] == ["Suspended"]
+    later = NOW + timedelta(minutes=5)
+    resumed = compute_status(make_job(status_body(suspended)), [], None, later)
+    assert resumed.phase == "Pending"
+    assert resumed.start_time == "2026-01-01T12:05:00Z"  # the deadline counts from here
+    condition = next(c for c in resumed.conditions if c.type == "Suspended")
+    assert (condition.status, condition.reason) == ("False", "JobResumed")
+
+
+def test_replicas_change_on_running_job_is_rejected() -> None:
+    job = make_job({**RUNNING, "workers": {"replicas": 3}})
+    result = compute_status(job, [], None, NOW)
+    assert result.workers is not None
+    assert result.workers.replicas == 3
+    rejected = next(c for c in result.conditions if c.type == "SpecRejected")
+    assert rejected.reason == "ReplicasImmutable"
+    assert "worker.replicas cannot change on a running job (3 -> 2)" in rejected.message
+
+
+def test_unchanged_inputs_give_an_identical_status() -> None:
+    pods = [worker(0), worker(1), launcher_pod()]
+    first = compute_status(make_job(), pods, launcher_job(), NOW)
+    second = compute_status(
+        make_job(status_body(first)), pods, launcher_job(), NOW + timedelta(hours=1)
+    )
+    assert status_body(second) == status_body(first)
+
+
+def test_condition_transition_time_moves_only_on_status_change() -> None:
+    conditions = set_condition([], "Running", True, "A", "m", NOW)
+    later = NOW + timedelta(minutes=1)
+    same = set_condition(conditions, "Running", True, "B", "other", later)
+    assert same[0].last_transition_time == NOW_S
+    assert same[0].reason == "B"
+    flipped = set_condition(same, "Running", False, "C", "", later)
+    assert flipped[0].last_transition_time == "2026-01-01T12:01:00Z"
+
+
+def test_invalid_spec_status() -> None:
+    result = invalid_spec_status(None, "spec.x: bad", 3, NOW)
+    assert status_body(result) == {
+        "phase": "Failed",
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "InvalidSpec",
+                "message": "spec.x: bad",
+                "lastTransitionTime": NOW_S,
+            }
+        ],
+        "failures": [],
+        "restarts": 0,
+        "completionTime": NOW_S,
+        "observedGeneration": 3,
+    }
+    assert isinstance(HorovodJobStatus.model_validate(status_body(result)), HorovodJobStatus)
