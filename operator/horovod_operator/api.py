@@ -23,6 +23,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -156,7 +157,12 @@ class Scheduling(_Model):
 class HorovodJobSpec(_Model):
     """What the user asks for."""
 
-    image: str = Field(min_length=1, description="Image of the launcher and the workers.")
+    image: str = Field(
+        default="",
+        validate_default=True,
+        description="Image of the launcher and the workers; empty: the operator's default "
+        "image (--default-image, Helm value workerImage).",
+    )
     command: list[str] = Field(
         min_length=1,
         description="Per-rank command; the operator prepends horovodrun with the rank count.",
@@ -172,6 +178,19 @@ class HorovodJobSpec(_Model):
     launcher: LauncherSpec = Field(default_factory=LauncherSpec, description="The launcher.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Run policy.")
     scheduling: Scheduling = Field(default_factory=Scheduling, description="Scheduling hints.")
+
+    @field_validator("image")
+    @classmethod
+    def _image_or_default(cls, value: str, info: ValidationInfo) -> str:
+        if value:
+            return value
+        default = str((info.context or {}).get("default_image") or "")
+        if not default:
+            raise ValueError(
+                "no image: set spec.image, or start the operator with --default-image "
+                "(Helm value workerImage)"
+            )
+        return default
 
     @model_validator(mode="after")
     def _semantics(self) -> HorovodJobSpec:
@@ -320,9 +339,10 @@ def format_validation_error(error: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def parse_job(body: Any) -> HorovodJob:
+def parse_job(body: Any, default_image: str | None = None) -> HorovodJob:
     """Validate a HorovodJob body (a mapping from the API server).
 
+    `default_image` fills an empty spec.image (the operator's --default-image).
     Raises ValidationError; format it with :func:`format_validation_error`.
     """
-    return HorovodJob.model_validate(body)
+    return HorovodJob.model_validate(body, context={"default_image": default_image})

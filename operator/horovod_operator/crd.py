@@ -1,7 +1,7 @@
 """Generate the HorovodJob CRD and the API reference from the pydantic models.
 
 ``python -m horovod_operator.crd`` writes ``crds/horovod.ai_horovodjobs.yaml``
-and ``docs/api.md``; ``--check`` exits 1 when the committed files differ (CI).
+(and the same file into the Helm chart's crds/) and ``docs/api.md``; ``--check`` exits 1 when the committed files differ (CI).
 
 CRD schemas must be structural: no ``$ref``, every node typed, no
 ``additionalProperties`` beside ``properties``. Pydantic's JSON schema is
@@ -35,6 +35,8 @@ from .api import (
 
 CRD_PATH: Final = Path("crds") / f"{GROUP}_{PLURAL}.yaml"
 DOCS_PATH: Final = Path("docs") / "api.md"
+# Helm installs CRDs from the chart's crds/ folder; it must hold the same file.
+CHART_CRD_PATH: Final = Path("charts") / "horovod-operator" / CRD_PATH
 
 Schema = dict[str, Any]
 
@@ -253,7 +255,8 @@ def api_reference() -> str:
 
 
 def generated_files() -> dict[Path, str]:
-    return {CRD_PATH: crd_yaml(), DOCS_PATH: api_reference()}
+    crd_text = crd_yaml()
+    return {CRD_PATH: crd_text, CHART_CRD_PATH: crd_text, DOCS_PATH: api_reference()}
 
 
 def drifted(root: Path) -> list[Path]:

@@ -68,7 +68,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         threads=config.api_threads,
     )
     kube.on_request = metrics.count_request
-    memo.reconciler = Reconciler(kube, batch_window=config.batch_window)
+    memo.reconciler = Reconciler(
+        kube, batch_window=config.batch_window, default_image=config.default_image
+    )
     memo.health = None
     if config.http_port:
         health = metrics.HealthServer(config.http_port)

@@ -89,9 +89,11 @@ class Reconciler:
         kube: Kube,
         batch_window: float = 0.2,
         clock: Callable[[], datetime] = now_utc,
+        default_image: str | None = None,
     ) -> None:
         self.kube = kube
         self.batch_window = batch_window
+        self.default_image = default_image
         self.clock = clock
         self.jobs: Index = {}
         self.pods: Index = {}
@@ -211,7 +213,7 @@ class Reconciler:
         now = self.clock()
         pods, launcher = self._children(key)
         try:
-            job = parse_job(body)
+            job = parse_job(body, self.default_image)
         except ValidationError as error:
             await self._invalid(key, body, format_validation_error(error), now, pods, launcher)
             return
@@ -536,7 +538,7 @@ class Reconciler:
         """The API server refused a child built from the user's template."""
         message = f"{field}: the API server rejected the {what}: {error.message}"
         logger.warning("job %s/%s: %s", *key, message)
-        previous = parse_job(body).status
+        previous = parse_job(body, self.default_image).status
         generation = int(body["metadata"].get("generation") or 0)
         status = invalid_spec_status(previous, message, generation, now)
         written = await self._write_status(key, body, status, now)

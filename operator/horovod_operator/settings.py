@@ -23,6 +23,7 @@ class OperatorConfig:
     api_threads: int = 16
     batch_window: float = 0.2
     peering: str | None = None  # a kopf peering name; None runs standalone
+    default_image: str | None = None  # for HorovodJobs that leave spec.image empty
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -85,6 +86,11 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         default=_env("PEERING", "") or None,
         help="kopf peering name for several replicas; default: standalone",
     )
+    parser.add_argument(
+        "--default-image",
+        default=_env("DEFAULT_IMAGE", "") or None,
+        help="worker image for HorovodJobs that leave spec.image empty",
+    )
     args = parser.parse_args(argv)
 
     raw = args.namespaces or [_env("NAMESPACES", "")]
@@ -102,4 +108,5 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         api_threads=args.api_threads,
         batch_window=args.batch_window,
         peering=args.peering,
+        default_image=args.default_image,
     )

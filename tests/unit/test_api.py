@@ -60,7 +60,7 @@ def test_camel_case_round_trip() -> None:
         ("a", {"bogus": 1}, "spec.bogus: Extra inputs are not permitted"),
         ("a", {"worker": {"replica": 2}}, "spec.worker.replica: Extra inputs are not permitted"),
         ("a", {"command": []}, "spec.command: List should have at least 1 item"),
-        ("a", {"image": ""}, "spec.image: String should have at least 1 character"),
+        ("a", {"image": ""}, "spec.image: no image: set spec.image, or start the operator"),
         ("a", {"worker": {"replicas": "two"}}, "spec.worker.replicas: Input should be a valid"),
         (
             "a",
@@ -120,3 +120,12 @@ def test_metadata_and_status_extras_are_ignored() -> None:
     job = parse_job(raw)
     assert job.status is not None
     assert job.status.restarts == 2
+
+
+def test_an_empty_image_takes_the_operators_default() -> None:
+    job_body = body("a", image="")
+    assert parse_job(job_body, default_image="registry.local/worker:2").spec.image == (
+        "registry.local/worker:2"
+    )
+    job_body["spec"]["image"] = "mine:1"
+    assert parse_job(job_body, default_image="registry.local/worker:2").spec.image == "mine:1"

@@ -43,7 +43,8 @@ def test_schema_is_structural() -> None:
             assert "additionalProperties" not in node, path
             assert node.get("type") == "object", path
     spec = schema["properties"]["spec"]
-    assert spec["required"] == ["image", "command"]
+    # image may be empty: the operator then uses its --default-image.
+    assert spec["required"] == ["command"]
     template = spec["properties"]["worker"]["properties"]["template"]
     assert template["x-kubernetes-preserve-unknown-fields"] is True
     limits = spec["properties"]["worker"]["properties"]["resources"]["properties"]["limits"]
