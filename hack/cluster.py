@@ -81,9 +81,19 @@ class Tool:
     # release build does; without them kubectl refuses the "v0.0.0-master" it would report.
     version_packages: tuple[str, ...] = ()
 
+    # Packages whose k8sVersionMajor/Minor say which Kubernetes `helm template` and
+    # `helm lint` assume without a cluster (helm's Makefile sets them from its client-go).
+    kube_version_packages: tuple[str, ...] = ()
+    # Variables that hold the plain version string (helm's own `helm version`).
+    version_vars: tuple[str, ...] = ()
+
     def ldflags(self, version: str) -> str:
-        flags = ["-s", "-w"]
+        flags = ["-s", "-w", *(f"-X {var}={version}" for var in self.version_vars)]
         major, minor = version.lstrip("v").split(".")[:2]
+        if self.kube_version_packages:
+            kube_minor = _module_version(self.go_dir() / "go.mod", "k8s.io/client-go").split(".")[1]
+            for pkg in self.kube_version_packages:
+                flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={kube_minor}"]
         for pkg in self.version_packages:
             flags += [
                 f"-X {pkg}.{k}={v}"
@@ -117,8 +127,22 @@ TOOLS = (
     # etcd's server module root is the etcd main package.
     Tool("etcd", "ETCD_VERSION", {"etcd": "go.etcd.io/etcd/server/v3"}),
     Tool("kwok", "KWOK_VERSION", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}),
-    Tool("helm", "HELM_VERSION", {"helm": "helm.sh/helm/v3/cmd/helm"}),
+    Tool(
+        "helm",
+        "HELM_VERSION",
+        {"helm": "helm.sh/helm/v3/cmd/helm"},
+        kube_version_packages=("helm.sh/helm/v3/pkg/chartutil", "helm.sh/helm/v3/pkg/lint/rules"),
+        version_vars=("helm.sh/helm/v3/internal/version.version",),
+    ),
 )
+
+
+def _module_version(gomod: Path, module: str) -> str:
+    for line in gomod.read_text().splitlines():
+        parts = line.replace("require ", "").split()
+        if len(parts) >= 2 and parts[0] == module:
+            return parts[1]
+    raise ClusterError(f"{gomod} does not require {module}")
 
 
 def bin_path(name: str, versions: dict[str, str] | None = None) -> Path:

@@ -1,0 +1,76 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "horovod-operator.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: the release name alone when it already holds the chart name. */}}
+{{- define "horovod-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "horovod-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "horovod-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "horovod-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "horovod-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "horovod-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "horovod-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "horovod-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+The rules the operator needs, and nothing more. Shared by the ClusterRole
+(all namespaces) and the per-namespace Roles; tests/integration/test_chart.py
+checks with `kubectl auth can-i` that nothing beyond them is granted.
+*/}}
+{{- define "horovod-operator.rules" -}}
+- apiGroups: ["horovod.ai"]
+  resources: ["horovodjobs"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: ["horovod.ai"]
+  resources: ["horovodjobs/status"]
+  verbs: ["get", "patch"]
+# Children set blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
+# admission plugin allows only to who may update the owner's finalizers.
+- apiGroups: ["horovod.ai"]
+  resources: ["horovodjobs/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["services", "secrets"]
+  verbs: ["get", "create", "delete"]
+# The hostfile is rewritten when a restart or resume changes replicas or slots.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
