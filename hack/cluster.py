@@ -46,6 +46,7 @@ DEFAULT_PORT_BASE = 16400
 SIM_PHASE = "sim.horovod.ai/phase"
 SIM_EXIT_CODE = "sim.horovod.ai/exit-code"
 SIM_REASON = "sim.horovod.ai/reason"
+SIM_MESSAGE = "sim.horovod.ai/message"
 KWOK_NODE_LABEL = "horovod.ai/node-kind"
 
 
@@ -761,7 +762,13 @@ class Cluster:
         )
 
     def set_pod_phase(
-        self, namespace: str, pod: str, phase: str, exit_code: int = 0, reason: str | None = None
+        self,
+        namespace: str,
+        pod: str,
+        phase: str,
+        exit_code: int = 0,
+        reason: str | None = None,
+        message: str | None = None,
     ) -> None:
         """Ask kwok to move a pod to Succeeded or Failed (see hack/kwok/stages.yaml)."""
         if phase not in ("Succeeded", "Failed"):
@@ -769,6 +776,8 @@ class Cluster:
         ann = [f"{SIM_PHASE}={phase}", f"{SIM_EXIT_CODE}={exit_code}"]
         if reason:
             ann.append(f"{SIM_REASON}={reason}")
+        if message:
+            ann.append(f"{SIM_MESSAGE}={message}")
         self.kubectl("annotate", "--overwrite", "-n", namespace, f"pod/{pod}", *ann)
 
 

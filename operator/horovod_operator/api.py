@@ -263,6 +263,11 @@ class Failure(_Model):
     container: str | None = Field(default=None, description="Container name.")
     exit_code: int | None = Field(default=None, description="Exit code, e.g. 137.")
     reason: str | None = Field(default=None, description="OOMKilled, Evicted, Error, ...")
+    message: str | None = Field(
+        default=None,
+        description="The container's termination message: with the operator's default "
+        "terminationMessagePolicy, the last lines of its log (at most 80 lines, 2 KiB).",
+    )
 
 
 class HorovodJobStatus(_Model):

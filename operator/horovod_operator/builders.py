@@ -227,6 +227,10 @@ def _pod_template(
 
     container = _main_container(pod_spec, role)
     container.setdefault("image", job.spec.image)
+    # A failed container's last log lines become its termination message, which
+    # status.failures keeps after the pod is gone (lost launcher logs are a top
+    # complaint about mpi-operator). The kubelet caps it at 80 lines / 2 KiB.
+    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     container["env"] = _merge_named(container.get("env") or [], _env(job, role))
     container["volumeMounts"] = _merge_named(
         container.get("volumeMounts") or [], _volume_mounts(), key="mountPath"

@@ -1,7 +1,8 @@
 """Generate the HorovodJob CRD and the API reference from the pydantic models.
 
 ``python -m horovod_operator.crd`` writes ``crds/horovod.ai_horovodjobs.yaml``
-(and the same file into the Helm chart's crds/) and ``docs/api.md``; ``--check`` exits 1 when the committed files differ (CI).
+(and the same file into the Helm chart's crds/) and ``docs/api.md``; ``--check``
+exits 1 when the committed files differ (CI).
 
 CRD schemas must be structural: no ``$ref``, every node typed, no
 ``additionalProperties`` beside ``properties``. Pydantic's JSON schema is

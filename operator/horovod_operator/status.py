@@ -184,6 +184,7 @@ def pod_failures(pod: Obj) -> list[Failure]:
                     container=container.get("name"),
                     exit_code=terminated.get("exitCode"),
                     reason=pod_reason or terminated.get("reason") or "Error",
+                    message=_tail(terminated.get("message")),
                 )
             )
     if not failures:
@@ -197,6 +198,16 @@ def pod_failures(pod: Obj) -> list[Failure]:
             )
         )
     return failures
+
+
+MESSAGE_LIMIT: Final = 2048
+
+
+def _tail(message: str | None) -> str | None:
+    """The end of a termination message (the kubelet already caps it; the API may not)."""
+    if not message:
+        return None
+    return message[-MESSAGE_LIMIT:]
 
 
 def exit_code(pod: Obj) -> int | None:

@@ -96,9 +96,15 @@ class KubeCluster:
         return self.kubectl(*args, input=text, check=check)
 
     def set_pod_phase(
-        self, namespace: str, pod: str, phase: str, exit_code: int = 0, reason: str | None = None
+        self,
+        namespace: str,
+        pod: str,
+        phase: str,
+        exit_code: int = 0,
+        reason: str | None = None,
+        message: str | None = None,
     ) -> None:
-        self.impl.set_pod_phase(namespace, pod, phase, exit_code, reason)
+        self.impl.set_pod_phase(namespace, pod, phase, exit_code, reason, message)
 
     def add_kwok_nodes(self, count: int, gpus: int, prefix: str) -> list[str]:
         names = self.impl.add_kwok_nodes(count, gpus, prefix=prefix)

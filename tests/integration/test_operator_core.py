@@ -398,6 +398,21 @@ def test_launcher_failure_restarts(jobs: Jobs, namespace: str, cluster: KubeClus
     assert jobs.status("lf")["failures"][0]["exitCode"] == 3
 
 
+def test_failed_launcher_log_tail_outlives_its_pod(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    jobs.apply(hvjob("lost", replicas=1, runPolicy={"backoffLimit": 0, "cleanPodPolicy": "All"}))
+    launcher = jobs.wait_running("lost")
+    cluster.set_pod_phase(
+        namespace, launcher, "Failed", exit_code=3, message="epoch 1 loss 0.7\nboom: exit 3"
+    )
+    status = jobs.wait_phase("lost", "Failed")
+    jobs.op.wait(lambda: not jobs.pods("lost", "launcher"), 30, "launcher pod removed")
+    (failure,) = jobs.status("lost")["failures"]
+    assert (failure["exitCode"], failure["message"]) == (3, "epoch 1 loss 0.7\nboom: exit 3")
+    assert status["launcher"]["exitCode"] == 3
+
+
 def test_deadline_exceeded(jobs: Jobs, namespace: str) -> None:
     jobs.apply(hvjob("late", replicas=2, runPolicy={"activeDeadlineSeconds": 6}))
     jobs.wait_running("late")

@@ -141,6 +141,7 @@ def expected_worker(index: int, attempt: int = 0, **overrides: Any) -> dict[str,
     container = {
         "name": "worker",
         "image": "horovod-worker:0.1.0",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": ENV_WORKER,
         "volumeMounts": MOUNTS,
         "command": ["python", "-m", "horovod_worker.sshd"],
@@ -256,6 +257,7 @@ def expected_launcher(command: list[str], attempt: int = 0, **overrides: Any) ->
     container = {
         "name": "launcher",
         "image": "horovod-worker:0.1.0",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": env,
         "volumeMounts": MOUNTS,
         "command": command,

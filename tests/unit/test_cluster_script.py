@@ -23,7 +23,9 @@ def test_every_go_mod_pins_the_version_from_versions_env() -> None:
     for tool, (module, version) in modules.items():
         gomod = (TOOLS_DIR / tool / "go.mod").read_text()
         assert re.search(
-            rf"^\s*(require\s+)?{re.escape(module)} {re.escape(version)}( // indirect)?$", gomod, re.M
+            rf"^\s*(require\s+)?{re.escape(module)} {re.escape(version)}( // indirect)?$",
+            gomod,
+            re.M,
         ), f"hack/tools/{tool}/go.mod does not require {module} {version} (hack/versions.env)"
 
 

@@ -224,6 +224,18 @@ def test_launcher_failure_reports_its_exit_code() -> None:
     assert (result.launcher.phase, result.launcher.exit_code) == ("Failed", 3)
 
 
+def test_failures_keep_the_launchers_last_log_lines() -> None:
+    failed = launcher_pod("Failed", exit_code=3)
+    terminated = failed["status"]["containerStatuses"][0]["state"]["terminated"]
+    terminated["message"] = "x" * 5000 + "\nepoch 2 loss 0.3\nboom: exit 3\n"
+    pods = [worker(0), worker(1), failed]
+    result = compute_status(make_job(RUNNING, backoffLimit=0), pods, launcher_job("Failed"), NOW)
+    (failure,) = result.failures
+    assert failure.message is not None
+    assert failure.message.endswith("epoch 2 loss 0.3\nboom: exit 3\n")
+    assert len(failure.message) == 2048
+
+
 def test_restarting_waits_for_old_children() -> None:
     status = {**RUNNING, "phase": "Restarting", "restarts": 1}
     old = [worker(0, attempt=0), worker(1, attempt=0, terminating=True)]
