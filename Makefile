@@ -1,7 +1,12 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: demo test test-unit test-integration lint format bootstrap cluster-up cluster-down crd clean
+.PHONY: demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-quick
 
-PY := .venv/bin/python
+
+demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
+	hack/demo.sh
+
+demo-tf:  ## the same with the TensorFlow example
+	hack/demo.sh --tensorflow
 
 bootstrap:  ## install system packages, .venv, control plane binaries, worker frameworks
 	hack/bootstrap.sh
@@ -33,3 +38,14 @@ cluster-up:
 
 cluster-down:
 	hack/cluster.sh down
+
+crd:  ## regenerate crds/, the chart's CRD and docs/api.md from the models
+	.venv/bin/python -m horovod_operator.crd
+
+bench:  ## our operator against kubeflow/mpi-operator (a few minutes); results in docs/benchmarks
+	SKIP_WORKER=1 hack/bootstrap.sh
+	.venv/bin/python -m bench
+
+bench-quick:
+	SKIP_WORKER=1 hack/bootstrap.sh
+	.venv/bin/python -m bench --quick

@@ -44,8 +44,17 @@ say "installing the operator and dev tools into .venv"
 say "building the local control plane (cached after the first run)"
 hack/cluster.sh build
 
-if [[ "${SKIP_WORKER:-0}" != 1 && -x hack/install-worker.sh ]]; then
+if [[ "${SKIP_WORKER:-0}" != 1 ]]; then
   say "installing the worker frameworks and Horovod (cached after the first run)"
-  hack/install-worker.sh
+  worker_args=()
+  # Build tools and Open MPI come from apt the first time only.
+  for tool in cmake g++ patch mpirun mpicxx; do
+    if ! command -v "$tool" >/dev/null 2>&1; then worker_args=(--apt); break; fi
+  done
+  if ((${#worker_args[@]})) && [[ $(id -u) -ne 0 ]]; then
+    say "missing build tools or Open MPI. Fix: sudo apt-get install -y cmake build-essential patch openmpi-bin libopenmpi-dev"
+    exit 1
+  fi
+  hack/install-worker.sh "${worker_args[@]}"
 fi
 say "done"

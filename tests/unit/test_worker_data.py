@@ -1,0 +1,185 @@
+"""Datasets, sharding and the helpers shared by the trainers (no Horovod needed)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from horovod_worker import contract
+from horovod_worker.common import (
+    WorkerError,
+    agree_on_error,
+    checksum,
+    ensure_writable_dir,
+    learning_rate,
+    parse_result,
+    rank_line,
+    result_line,
+)
+from horovod_worker.data import (
+    MNIST_FILES,
+    DataError,
+    eval_shard,
+    load,
+    make_synthetic,
+    read_idx,
+    write_idx,
+)
+
+
+def write_mnist(directory, train=12, test=5, gz=False):
+    rng = np.random.default_rng(1)
+    suffix = ".gz" if gz else ""
+    parts = {
+        "train_images": rng.integers(0, 256, (train, 28, 28)),
+        "train_labels": rng.integers(0, 10, train),
+        "test_images": rng.integers(0, 256, (test, 28, 28)),
+        "test_labels": rng.integers(0, 10, test),
+    }
+    for part, array in parts.items():
+        write_idx(directory / f"{MNIST_FILES[part]}{suffix}", array)
+    return parts
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_mnist_idx_files_are_read_and_scaled(tmp_path, gz):
+    parts = write_mnist(tmp_path, gz=gz)
+    data = load("mnist", tmp_path)
+    assert data.x_train.shape == (12, 28, 28, 1) and data.x_test.shape == (5, 28, 28, 1)
+    assert data.x_train.dtype == np.float32 and 0.0 <= data.x_train.min() <= data.x_train.max() <= 1
+    np.testing.assert_array_equal(data.y_train, parts["train_labels"])
+    np.testing.assert_allclose(data.x_test[..., 0] * 255, parts["test_images"], atol=1e-4)
+
+
+def test_missing_mnist_dir_or_files_name_what_is_missing(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        load("mnist", tmp_path / "nowhere")
+    with pytest.raises(DataError, match="nothing is downloaded") as raised:
+        load("mnist", tmp_path)
+    assert all(stem in str(raised.value) for stem in MNIST_FILES.values())
+    with pytest.raises(DataError, match="needs --data-dir"):
+        load("mnist", None)
+
+
+def test_corrupt_idx_files_are_rejected(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\x01\x02\x08\x01")
+    with pytest.raises(DataError, match="bad magic"):
+        read_idx(bad)
+    short = tmp_path / "short"
+    write_idx(short, np.zeros((4, 2), dtype=np.uint8))
+    short.write_bytes(short.read_bytes()[:-1])
+    with pytest.raises(DataError, match="truncated"):
+        read_idx(short)
+
+
+def test_digits_is_real_bundled_data_with_a_fixed_split():
+    pytest.importorskip("sklearn")
+    first, second = load("digits"), load("digits")
+    assert first.x_train.shape[1:] == (8, 8, 1)
+    assert len(first.y_train) + len(first.y_test) == 1797
+    np.testing.assert_array_equal(first.y_test, second.y_test)
+    assert set(np.unique(first.y_train)) == set(range(10))
+
+
+def test_synthetic_is_deterministic_and_has_every_class():
+    data = make_synthetic(200)
+    again = make_synthetic(200)
+    np.testing.assert_array_equal(data.x_train, again.x_train)
+    assert len(data.y_train) + len(data.y_test) == 200
+    assert len(np.unique(data.y_train)) == 10
+    with pytest.raises(DataError, match="at least"):
+        make_synthetic(3)
+
+
+@pytest.mark.parametrize(("n", "size"), [(10, 1), (10, 3), (360, 2), (2, 4)])
+def test_eval_shards_are_disjoint_and_cover_the_set(n, size):
+    parts = [np.arange(n)[eval_shard(n, rank, size)] for rank in range(size)]
+    np.testing.assert_array_equal(np.concatenate(parts), np.arange(n))
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_torch_distributed_sampler_partitions_and_reshuffles_per_epoch():
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import DistributedSampler
+
+    data = torch.utils.data.TensorDataset(torch.arange(101))
+    samplers = [DistributedSampler(data, num_replicas=2, rank=r, seed=7) for r in range(2)]
+    epochs = []
+    for epoch in range(2):
+        for sampler in samplers:
+            sampler.set_epoch(epoch)
+        shards = [list(sampler) for sampler in samplers]
+        assert len(shards[0]) == len(shards[1])  # same step count on every rank
+        assert set(shards[0]) | set(shards[1]) == set(range(101))
+        epochs.append(shards[0])
+    assert epochs[0] != epochs[1]
+
+
+def test_learning_rate_warms_up_linearly_to_size_times_base():
+    assert learning_rate(0, 10, 0.1, 4, warmup_epochs=1) == pytest.approx(0.1)
+    assert learning_rate(5, 10, 0.1, 4, warmup_epochs=1) == pytest.approx(0.25)
+    assert learning_rate(10, 10, 0.1, 4, warmup_epochs=1) == pytest.approx(0.4)
+    assert learning_rate(99, 10, 0.1, 4, warmup_epochs=1) == pytest.approx(0.4)
+    assert learning_rate(0, 10, 0.1, 4, warmup_epochs=0) == pytest.approx(0.4)
+    assert learning_rate(3, 10, 0.1, 1, warmup_epochs=2) == pytest.approx(0.1)
+
+
+def test_checksum_sees_one_bit():
+    weights = [np.ones((3, 3), dtype=np.float32), np.zeros(3, dtype=np.float32)]
+    changed = [w.copy() for w in weights]
+    changed[1][2] = np.nextafter(np.float32(0), np.float32(1))
+    assert checksum(weights) == checksum([w.copy() for w in weights])
+    assert checksum(weights) != checksum(changed)
+
+
+def test_result_line_round_trips_through_horovodrun_prefixes():
+    line = result_line({"framework": "pytorch", "size": 2, "test_accuracy": 0.95})
+    assert line.startswith(f"{contract.RESULT_PREFIX} {{")
+    output = f"[1,0]<stdout>:epoch 1/1 loss=0.3\n[1,0]<stdout>:{line}\n"
+    assert parse_result(output) == json.loads(line.split(" ", 1)[1])
+    split = line[:40] + "[1,0]<stdout>:" + line[40:] + "[1,0]<stdout>:"
+    assert parse_result(f"[1,0]<stdout>:{split}\n") == parse_result(output)
+    with pytest.raises(ValueError, match="no HVJOB_RESULT"):
+        parse_result("nothing here")
+
+
+def test_rank_line_has_what_the_end_to_end_tests_grep_for():
+    line = rank_line(1, 2, 0, 1, "job-worker-1", "gpu:0 (H100)")
+    assert line.startswith(contract.RANK_PREFIX + " ")
+    for field in ("rank=1", "size=2", "local_rank=0", "hostname=job-worker-1", "device=gpu:0"):
+        assert field in line
+
+
+def test_unwritable_dir_is_a_worker_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(WorkerError, match=r"checkpoint dir .* is not writable"):
+        ensure_writable_dir(blocker / "ckpt", "checkpoint dir")
+    ensure_writable_dir(tmp_path / "new" / "dir", "log dir")
+    assert (tmp_path / "new" / "dir").is_dir()
+
+
+class FakeHorovod:
+    """Stands for one rank of a 2-rank world whose allgather returns fixed values."""
+
+    def __init__(self, gathered):
+        self.gathered = gathered
+        self.names = []
+
+    def size(self):
+        return len(self.gathered)
+
+    def allgather_object(self, obj, name=None):
+        self.names.append(name)
+        return self.gathered
+
+
+def test_agree_on_error_stops_every_rank_with_the_first_error():
+    hvd = FakeHorovod([None, "MNIST files missing in /data"])
+    with pytest.raises(WorkerError, match=r"^rank 1: MNIST files missing in /data$"):
+        agree_on_error(hvd, None)
+    # Horovod matches collectives by name; the default (the object's type) would
+    # differ between a rank with an error (str) and one without (NoneType): a hang.
+    assert hvd.names == ["agree_on_error"]
+    agree_on_error(FakeHorovod([None, None]), None)

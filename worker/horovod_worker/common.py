@@ -1,0 +1,214 @@
+"""What both trainers share: run settings, checks, metrics and output lines.
+
+Nothing here imports a framework. Horovod is passed in as ``hvd`` (the
+``horovod.torch`` or ``horovod.tensorflow`` module: both offer the same
+``rank``/``size``/``allgather_object``/``broadcast_object`` surface).
+"""
+
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from horovod_worker import contract
+
+
+class WorkerError(RuntimeError):
+    """A problem the user can fix; printed as one line, exit status 1."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The command line, validated (see train.py for the meaning of each field)."""
+
+    framework: str
+    mode: str
+    dataset: str
+    epochs: int
+    batch_size: int
+    lr: float
+    momentum: float
+    warmup_epochs: float
+    hidden: int
+    seed: int
+    checkpoint_dir: Path | None
+    log_dir: Path | None
+    data_dir: Path | None
+    resume: bool
+    synthetic_samples: int
+    threads: int | None
+
+
+def log(rank: int, message: str) -> None:
+    print(f"[horovod_worker rank {rank}] {message}", flush=True)
+
+
+def check_expected_size(size: int, environ: Mapping[str, str] = os.environ) -> None:
+    """Fail when Horovod's world is not the one the launcher started.
+
+    A Horovod built with MPI but launched for Gloo without HOROVOD_CONTROLLER=gloo
+    starts every process as its own world of size 1; they all "succeed" alone.
+    """
+    raw = environ.get(contract.ENV_EXPECTED_SIZE)
+    if raw is None or raw.strip() == "":
+        return
+    try:
+        expected = int(raw)
+    except ValueError:
+        raise WorkerError(f"{contract.ENV_EXPECTED_SIZE}={raw!r} is not an integer") from None
+    if expected != size:
+        hint = ""
+        if size == 1:
+            hint = (
+                "; every process is alone: with --gloo (or a Horovod built with MPI run "
+                "under Gloo) set HOROVOD_CONTROLLER=gloo and HOROVOD_CPU_OPERATIONS=gloo, "
+                "or start the ranks with horovodrun/mpirun"
+            )
+        raise WorkerError(
+            f"hvd.size() is {size} but {contract.ENV_EXPECTED_SIZE}={expected}: "
+            f"the ranks did not join one Horovod world{hint}"
+        )
+
+
+def agree_on_error(hvd: Any, error: str | None) -> None:
+    """Collective: raise on every rank when any rank had an error.
+
+    Every rank must call it, errors or not, so that a problem seen by one rank
+    (a missing file on its host, an unwritable directory on rank 0) stops all
+    ranks with the same message instead of leaving the others blocked in the
+    next collective.
+    """
+    # An explicit name: Horovod matches collectives across ranks by name, and
+    # the default one is the object's type (str here, NoneType there): a hang.
+    errors = hvd.allgather_object(error, name="agree_on_error")
+    for rank, message in enumerate(errors):
+        if message is not None:
+            prefix = "" if hvd.size() == 1 else f"rank {rank}: "
+            raise WorkerError(f"{prefix}{message}")
+
+
+def ensure_writable_dir(path: Path, what: str) -> None:
+    """Create ``path`` if needed and prove a file can be written in it."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise WorkerError(f"{what} {path} is not writable: {reason}") from None
+
+
+def learning_rate(
+    step: int, steps_per_epoch: int, base_lr: float, size: int, warmup_epochs: float
+) -> float:
+    """Linear scaling with warm-up (Goyal et al., 2017).
+
+    The target rate is ``base_lr * size`` (the global batch is ``size`` times
+    larger); it ramps linearly from ``base_lr`` over ``warmup_epochs`` so that
+    early steps with a large rate do not diverge. It depends on the global step
+    only, so a resumed run follows the same schedule as an uninterrupted one.
+    """
+    target = base_lr * size
+    warmup_steps = warmup_epochs * steps_per_epoch
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return target
+    return base_lr + (target - base_lr) * step / warmup_steps
+
+
+def checksum(arrays: Iterable[np.ndarray]) -> str:
+    """SHA-256 of the exact bytes of the given arrays (parameters, in order)."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        contiguous = np.ascontiguousarray(array)
+        digest.update(str(contiguous.dtype).encode())
+        digest.update(str(contiguous.shape).encode())
+        digest.update(contiguous.tobytes())
+    return digest.hexdigest()[:16]
+
+
+def rank_line(
+    rank: int, size: int, local_rank: int, local_size: int, hostname: str, device: str
+) -> str:
+    """The line each rank prints at start; end-to-end tests grep for it."""
+    return (
+        f"{contract.RANK_PREFIX} rank={rank} size={size} local_rank={local_rank} "
+        f"local_size={local_size} hostname={hostname} device={device}"
+    )
+
+
+def hostname() -> str:
+    return socket.gethostname()
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    epoch: int
+    train_loss: float
+    train_accuracy: float
+    test_loss: float
+    test_accuracy: float
+    samples_per_sec: float
+    lr: float
+
+    def progress_line(self, epochs: int) -> str:
+        return (
+            f"epoch {self.epoch}/{epochs} loss={self.train_loss:.4f} "
+            f"accuracy={self.train_accuracy:.4f} test_loss={self.test_loss:.4f} "
+            f"test_accuracy={self.test_accuracy:.4f} samples/s={self.samples_per_sec:.1f} "
+            f"lr={self.lr:.5f}"
+        )
+
+
+def result_line(result: Mapping[str, Any]) -> str:
+    return f"{contract.RESULT_PREFIX} {json.dumps(result, sort_keys=True)}"
+
+
+# Launchers tag each chunk of a rank's output: horovodrun --gloo "[0]<stdout>:",
+# Open MPI "[1,0]<stdout>:"; Open MPI also tags chunks in the middle of long lines.
+_RANK_TAG = re.compile(r"\[\d+(?:,\d+)?\]<std(?:out|err)>:")
+
+
+def parse_result(output: str) -> dict[str, Any]:
+    """The last result line in some output, whatever launcher tags it carries."""
+    marker = f"{contract.RESULT_PREFIX} "
+    for line in reversed(output.splitlines()):
+        at = line.find(marker)
+        if at >= 0:
+            text = _RANK_TAG.sub("", line[at + len(marker) :])
+            parsed, _ = json.JSONDecoder().raw_decode(text)
+            if not isinstance(parsed, dict):
+                raise ValueError(f"{contract.RESULT_PREFIX} is not a JSON object: {text[:80]}")
+            return parsed
+    raise ValueError(f"no {contract.RESULT_PREFIX} line in the output")
+
+
+def default_threads(local_size: int) -> int:
+    """CPU threads per process: the cores shared by the processes on this host."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // max(1, local_size))
+
+
+# Set in every process that horovodrun or mpirun starts.
+LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+# How long a failing rank lingers before it exits under a launcher. The launcher
+# kills the other ranks as soon as one exits non-zero; the others, started at the
+# same moment with the same input, need this long to print their own line too.
+ERROR_GRACE_SECONDS = 1.5
+
+
+def error_exit(message: str, status: int = 1, prog: str = "horovod_worker.train") -> int:
+    """Print the one line that names the problem; return the exit status."""
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    if any(var in os.environ for var in LAUNCHER_RANK_VARS):
+        time.sleep(ERROR_GRACE_SECONDS)
+    return status

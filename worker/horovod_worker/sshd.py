@@ -1,0 +1,310 @@
+"""Run sshd in a worker pod, and set up the ssh client of the launcher.
+
+``python -m horovod_worker.sshd`` is the worker pods' default command. The
+per-job Secret is mounted at contract.SSH_MOUNT_PATH, but Secret volumes are
+root-owned and group-readable, which sshd and ssh refuse for keys. So this:
+
+1. copies the key pair and authorized_keys into a private directory (0700,
+   files 0600) owned by the current user: ``~/.ssh/horovod`` when the home
+   directory is writable, else ``/tmp/horovod-ssh-<uid>``;
+2. generates a fresh host key there;
+3. writes ``sshd_config`` (port contract.SSH_PORT, public-key auth only, root
+   allowed by key only, the pod's environment passed on to sessions) and
+   ``ssh_config`` for the client (no host-key prompts: pods get new host keys
+   on every start, and the per-job key pair is what authenticates);
+4. execs ``sshd -D -e -f <dir>/sshd_config`` in the foreground.
+
+It works as root and as any other user: a non-root sshd can only log in its
+own user, which is all a worker needs, and skips PAM and privilege separation.
+
+``python -m horovod_worker.sshd --client-only [-- COMMAND ...]`` only prepares
+the client side (the launcher), then execs COMMAND when one is given.
+"""
+
+import argparse
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from horovod_worker import contract
+
+SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
+HOST_KEY = "ssh_host_ed25519_key"
+MARKER = "# written by horovod_worker.sshd"
+
+# Variables a session must not inherit from the pod: they describe the shell
+# that started sshd, not the session's.
+NOT_PASSED_ON = frozenset(
+    {"HOME", "HOSTNAME", "LOGNAME", "OLDPWD", "PWD", "SHELL", "SHLVL", "TERM", "USER", "_"}
+)
+# What a client may send (ssh -o SendEnv, mpirun, horovodrun).
+ACCEPT_ENV = ("HOROVOD_*", "HVJOB_*", "NCCL_*", "OMPI_*", "PMIX_*", "CUDA_*", "LANG", "LC_*")
+
+
+class SetupError(RuntimeError):
+    """The pod cannot run sshd as configured; the message says why."""
+
+
+def private_dir(home: Path, uid: int) -> Path:
+    """``~/.ssh/horovod`` when the home directory can hold it, else /tmp/horovod-ssh-<uid>.
+
+    A directory of its own, so that a run outside a container never overwrites
+    the user's own keys in ~/.ssh.
+    """
+    ssh_dir = home / ".ssh" / "horovod"
+    try:
+        ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return Path(f"/tmp/horovod-ssh-{uid}")
+    if os.access(ssh_dir, os.W_OK | os.X_OK):
+        return ssh_dir
+    return Path(f"/tmp/horovod-ssh-{uid}")
+
+
+def is_safe_path(path: Path, uid: int) -> bool:
+    """Whether sshd's StrictModes accepts files in ``path``.
+
+    sshd rejects authorized_keys when it or any directory above it is writable
+    by group or others, or owned by neither root nor the user (/tmp fails).
+    """
+    current = path.resolve()
+    while True:
+        try:
+            info = current.stat()
+        except OSError:
+            return False
+        if info.st_uid not in (0, uid) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+        if current.parent == current:
+            return True
+        current = current.parent
+
+
+def passed_on_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The pod's variables that sessions get through SetEnv (PATH, CUDA, NCCL ...).
+
+    Without them a rank started over ssh has neither the venv on PATH nor the
+    CUDA libraries, and none of the operator's HVJOB_* variables. Values that
+    sshd_config cannot quote (double quotes, newlines) are left out.
+    """
+    return {
+        key: value
+        for key, value in sorted(environ.items())
+        if key not in NOT_PASSED_ON
+        and not key.startswith("SSH_")
+        and key.replace("_", "").isalnum()
+        and '"' not in value
+        and "\n" not in value
+        and "\\" not in value
+    }
+
+
+def render_sshd_config(
+    directory: Path, port: int, as_root: bool, strict_modes: bool, env: Mapping[str, str]
+) -> str:
+    lines = [
+        MARKER,
+        f"Port {port}",
+        "ListenAddress 0.0.0.0",
+        "ListenAddress ::",
+        f"HostKey {directory / HOST_KEY}",
+        f"PidFile {directory / 'sshd.pid'}",
+        f"AuthorizedKeysFile {directory / contract.SSH_AUTHORIZED_KEYS}",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitEmptyPasswords no",
+        "PermitRootLogin prohibit-password",
+        # A non-root sshd can neither use PAM nor switch users.
+        f"UsePAM {'yes' if as_root else 'no'}",
+        f"StrictModes {'yes' if strict_modes else 'no'}",
+        "PermitUserEnvironment yes",
+        f"AcceptEnv {' '.join(ACCEPT_ENV)}",
+        # Horovod and mpirun open many sessions at once to the same worker.
+        "MaxStartups 100:30:200",
+        "MaxSessions 100",
+        "UseDNS no",
+        "PrintMotd no",
+        "X11Forwarding no",
+        "AllowTcpForwarding yes",
+        "LogLevel INFO",
+        "Subsystem sftp internal-sftp",
+    ]
+    if env:
+        pairs = " ".join(f'{key}="{value}"' for key, value in env.items())
+        lines.append(f"SetEnv {pairs}")
+    return "\n".join(lines) + "\n"
+
+
+def render_ssh_config(directory: Path, port: int) -> str:
+    return "\n".join(
+        [
+            MARKER,
+            "Host *",
+            f"    Port {port}",
+            f"    IdentityFile {directory / contract.SSH_PRIVATE_KEY}",
+            "    IdentitiesOnly yes",
+            "    StrictHostKeyChecking no",
+            "    UserKnownHostsFile /dev/null",
+            "    LogLevel ERROR",
+            "    BatchMode yes",
+            "    ConnectTimeout 10",
+            "    ServerAliveInterval 30",
+            "",
+        ]
+    )
+
+
+def _write(path: Path, text: str | bytes, mode: int) -> None:
+    """Write with ``mode`` from the start (never briefly readable by others)."""
+    data = text.encode() if isinstance(text, str) else text
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def install_keys(keys_dir: Path, directory: Path) -> None:
+    """Copy the Secret's files into ``directory`` with the modes ssh demands."""
+    wanted = (contract.SSH_PRIVATE_KEY, contract.SSH_PUBLIC_KEY, contract.SSH_AUTHORIZED_KEYS)
+    missing = [name for name in wanted if not (keys_dir / name).is_file()]
+    if missing:
+        raise SetupError(
+            f"ssh key files missing in {keys_dir}: {', '.join(missing)} "
+            f"(the job's <job>-ssh Secret is mounted at {contract.SSH_MOUNT_PATH})"
+        )
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    for name in wanted:
+        mode = 0o644 if name == contract.SSH_PUBLIC_KEY else 0o600
+        _write(directory / name, (keys_dir / name).read_bytes(), mode)
+
+
+def install_client_config(directory: Path, port: int, home: Path) -> Path:
+    """Write ``<dir>/ssh_config``; also ``~/.ssh/config`` unless the user wrote one."""
+    config = directory / "ssh_config"
+    text = render_ssh_config(directory, port)
+    _write(config, text, 0o600)
+    user_config = home / ".ssh" / "config"
+    if user_config != config and os.access(home, os.W_OK):
+        try:
+            if not user_config.exists() or user_config.read_text().startswith(MARKER):
+                user_config.parent.mkdir(mode=0o700, exist_ok=True)
+                _write(user_config, text, 0o600)
+        except OSError:
+            pass  # the config in `directory` still works with ssh -F
+    return config
+
+
+def generate_host_key(directory: Path) -> None:
+    key = directory / HOST_KEY
+    for path in (key, key.with_name(f"{HOST_KEY}.pub")):
+        path.unlink(missing_ok=True)
+    ssh_keygen = shutil.which("ssh-keygen")
+    if ssh_keygen is None:
+        raise SetupError("ssh-keygen not found: install openssh-client")
+    subprocess.run(
+        [ssh_keygen, "-q", "-t", "ed25519", "-N", "", "-C", "horovod-worker", "-f", str(key)],
+        check=True,
+    )
+
+
+def find_sshd() -> str:
+    for candidate in (*SSHD_CANDIDATES, shutil.which("sshd")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise SetupError("sshd not found: install openssh-server in the worker image")
+
+
+def prepare_server(
+    keys_dir: Path, directory: Path, port: int, home: Path, environ: Mapping[str, str]
+) -> list[str]:
+    """Everything before exec; returns the sshd command line."""
+    uid = os.getuid()
+    sshd = find_sshd()
+    install_keys(keys_dir, directory)
+    install_client_config(directory, port, home)
+    generate_host_key(directory)
+    strict = is_safe_path(directory, uid)
+    if not strict:
+        print(
+            f"horovod_worker.sshd: {directory} is under a directory that group or others "
+            "can write; StrictModes off (keys are still 0600 in a 0700 directory)",
+            file=sys.stderr,
+            flush=True,
+        )
+    as_root = uid == 0
+    if as_root:
+        # Privilege separation needs this empty directory; images often lack it.
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    config = directory / "sshd_config"
+    env = passed_on_environment(environ)
+    _write(config, render_sshd_config(directory, port, as_root, strict, env), 0o600)
+    check = subprocess.run([sshd, "-t", "-f", str(config)], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise SetupError(f"sshd rejects {config}: {check.stderr.strip()}")
+    return [sshd, "-D", "-e", "-f", str(config)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="horovod_worker.sshd",
+        description="Prepare ssh keys from the job's Secret and run sshd in the foreground "
+        "(worker pods), or prepare only the ssh client (--client-only, the launcher).",
+    )
+    parser.add_argument(
+        "--keys-dir",
+        type=Path,
+        default=Path(contract.SSH_MOUNT_PATH),
+        help="where the job's ssh Secret is mounted",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        help="private directory for keys and configs (default: ~/.ssh/horovod when "
+        "writable, else /tmp/horovod-ssh-<uid>)",
+    )
+    parser.add_argument("--port", type=int, default=contract.SSH_PORT, help="sshd's port")
+    parser.add_argument(
+        "--client-only",
+        action="store_true",
+        help="set up the ssh client only (keys and ssh_config), then exec COMMAND if given",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND to exec")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    home = Path(os.environ.get("HOME") or os.path.expanduser("~"))
+    directory = args.dir or private_dir(home, os.getuid())
+    command = [c for c in args.command if c != "--"] if args.command else []
+    try:
+        if args.client_only:
+            install_keys(args.keys_dir, directory)
+            config = install_client_config(directory, args.port, home)
+            print(f"horovod_worker.sshd: ssh client configured: {config}", flush=True)
+            if command:
+                os.execvp(command[0], command)
+            return 0
+        argv_sshd = prepare_server(args.keys_dir, directory, args.port, home, os.environ)
+    except (SetupError, OSError, subprocess.CalledProcessError) as exc:
+        print(f"horovod_worker.sshd: error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print(
+        f"horovod_worker.sshd: uid {os.getuid()} serving port {args.port} from {directory}",
+        flush=True,
+    )
+    os.execv(argv_sshd[0], argv_sshd)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,440 @@
+"""TensorFlow 2 + Horovod: a DistributedGradientTape loop, or Keras model.fit.
+
+Both paths follow the order of torch_trainer (see its docstring): checks agreed
+by all ranks, model and optimizer state built before the first step, then
+broadcast from rank 0, sharded data reshuffled per epoch, metrics summed over
+ranks, checkpoints and TensorBoard logs from rank 0, checksums gathered.
+
+Keras must be tf-keras (Keras 2): with Keras 3, horovod.tensorflow.keras's
+DistributedOptimizer silently does not average inside fit, and ranks end with
+different weights. TF_USE_LEGACY_KERAS=1 selects tf-keras; it is read when
+TensorFlow is imported, so it is set before the import below.
+"""
+
+import os
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import horovod.tensorflow as hvd
+import horovod.tensorflow.keras as hvd_keras
+import numpy as np
+import tensorflow as tf
+
+from horovod_worker.common import (
+    EpochMetrics,
+    TrainConfig,
+    WorkerError,
+    agree_on_error,
+    check_expected_size,
+    checksum,
+    default_threads,
+    ensure_writable_dir,
+    hostname,
+    learning_rate,
+    log,
+    rank_line,
+    result_line,
+)
+from horovod_worker.data import DataError, Dataset, eval_shard, load
+from horovod_worker.devices import DeviceChoice, DeviceError, select_device
+
+keras = tf.keras
+
+
+def keras_version() -> str:
+    """Which Keras tf.keras is: "tf-keras 2.21.0" or, wrongly here, "keras 3.x"."""
+    package = keras.Model.__module__.split(".")[0]
+    module = __import__(package)
+    return f"{package.replace('_', '-')} {getattr(module, '__version__', '?')}"
+
+
+def check_legacy_keras() -> None:
+    version = keras_version()
+    if not version.startswith("tf-keras 2."):
+        raise WorkerError(
+            f"tf.keras is {version}: horovod.tensorflow.keras needs tf-keras (Keras 2) "
+            f"with TF_USE_LEGACY_KERAS=1; install tf-keras=={tf.__version__}"
+        )
+
+
+def pin_device(local_rank: int, local_size: int) -> DeviceChoice:
+    """Make only this rank's GPU visible to TensorFlow, with memory growth."""
+    gpus = tf.config.list_physical_devices("GPU")
+    choice = select_device(
+        local_rank, local_size, [gpu.name for gpu in gpus], os.environ.get("CUDA_VISIBLE_DEVICES")
+    )
+    if choice.gpu_index is not None:
+        gpu = gpus[choice.gpu_index]
+        try:
+            tf.config.set_visible_devices(gpu, "GPU")
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError as exc:
+            raise DeviceError(f"cannot pin {gpu.name}: {exc}") from None
+    return choice
+
+
+def build_model(dataset: Dataset, hidden: int) -> Any:
+    model = keras.Sequential(
+        [
+            keras.layers.Flatten(input_shape=dataset.image_shape),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(dataset.num_classes),
+        ]
+    )
+    return model
+
+
+def optimizer_variables(optimizer: Any) -> list[Any]:
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+def build_optimizer_state(optimizer: Any, model: Any) -> None:
+    """Create the optimizer's slots now, so that they are broadcast before step one.
+
+    Keras creates them lazily in the first apply_gradients, which is why
+    Horovod's examples broadcast after the first batch.
+    """
+    if hasattr(optimizer, "build"):
+        optimizer.build(model.trainable_variables)
+    else:  # legacy optimizers
+        optimizer._create_all_weights(model.trainable_variables)
+
+
+def weights_checksum(model: Any) -> str:
+    return checksum(np.asarray(w) for w in model.get_weights())
+
+
+def epoch_order(num_samples: int, size: int, seed: int, epoch: int) -> np.ndarray:
+    """The global order of one epoch, the same on every rank, length a multiple of size.
+
+    Shuffling the whole set and then sharding gives every rank a new part each
+    epoch; trimming to a multiple of size gives every rank the same number of
+    steps (otherwise one rank waits forever in an allreduce).
+    """
+    order = np.random.default_rng([seed, epoch]).permutation(num_samples)
+    return order[: num_samples - num_samples % size]
+
+
+def epoch_dataset(
+    dataset: Dataset, size: int, rank: int, seed: int, epoch: int, batch_size: int
+) -> Any:
+    order = epoch_order(len(dataset.y_train), size, seed, epoch)
+    data = tf.data.Dataset.from_tensor_slices((dataset.x_train[order], dataset.y_train[order]))
+    return data.shard(size, rank).batch(batch_size)
+
+
+def steps_per_epoch(dataset: Dataset, size: int, batch_size: int) -> int:
+    per_rank = (len(dataset.y_train) - len(dataset.y_train) % size) // size
+    return -(-per_rank // batch_size)
+
+
+def summed(values: list[float], name: str) -> list[float]:
+    total = hvd.allreduce(tf.constant(values, dtype=tf.float64), op=hvd.Sum, name=name)
+    return [float(v) for v in total.numpy()]
+
+
+def evaluate(model: Any, dataset: Dataset, rank: int, size: int) -> tuple[float, float]:
+    part = eval_shard(len(dataset.y_test), rank, size)
+    images, labels = dataset.x_test[part], dataset.y_test[part]
+    loss_sum = correct = 0.0
+    if len(labels):
+        logits = model(images, training=False)
+        losses = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        loss_sum = float(tf.reduce_sum(losses))
+        correct = float(np.sum(np.argmax(logits.numpy(), axis=1) == labels))
+    total_loss, total_correct, count = summed([loss_sum, correct, float(len(labels))], "eval")
+    return total_loss / count, total_correct / count
+
+
+class Checkpoints:
+    """Model, optimizer, epoch and step in a tf.train.Checkpoint; rank 0 only."""
+
+    def __init__(self, directory: Path, model: Any, optimizer: Any) -> None:
+        self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.step = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=optimizer, epoch=self.epoch, step=self.step
+        )
+        self.manager = tf.train.CheckpointManager(self.checkpoint, str(directory), max_to_keep=None)
+
+    def restore_newest(self) -> tuple[int, int, str] | None:
+        path = self.manager.latest_checkpoint
+        if path is None:
+            return None
+        self.checkpoint.restore(path).assert_existing_objects_matched()
+        return int(self.epoch.numpy()), int(self.step.numpy()), str(path)
+
+    def save(self, epoch: int, step: int) -> None:
+        self.epoch.assign(epoch)
+        self.step.assign(step)
+        self.manager.save(checkpoint_number=epoch)
+
+
+def run(config: TrainConfig) -> dict[str, Any]:
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    local_rank, local_size = hvd.local_rank(), hvd.local_size()
+    check_expected_size(size)
+    threads = config.threads or default_threads(local_size)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+    error: str | None = None
+    choice = DeviceChoice(None, "", "not selected")
+    dataset: Dataset | None = None
+    try:
+        # Before anything that could start TensorFlow's runtime: devices can be
+        # hidden only until then.
+        choice = pin_device(local_rank, local_size)
+        check_legacy_keras()
+        dataset = load(config.dataset, config.data_dir, config.synthetic_samples)
+        if rank == 0 and config.checkpoint_dir is not None:
+            ensure_writable_dir(config.checkpoint_dir, "checkpoint dir")
+        if rank == 0 and config.log_dir is not None:
+            ensure_writable_dir(config.log_dir, "log dir")
+    except (DeviceError, DataError, WorkerError) as exc:
+        error = str(exc)
+    agree_on_error(hvd, error)
+    assert dataset is not None
+    host = hostname()
+    print(rank_line(rank, size, local_rank, local_size, host, choice.describe()), flush=True)
+    if not choice.is_gpu:
+        log(rank, choice.reason)
+
+    # The model from this rank's seed; the broadcast below makes all ranks equal.
+    keras.utils.set_random_seed(config.seed)
+    model = build_model(dataset, config.hidden)
+    optimizer = keras.optimizers.SGD(learning_rate=config.lr, momentum=config.momentum)
+    if config.mode == "fit":
+        optimizer = hvd_keras.DistributedOptimizer(optimizer, op=hvd.Average)
+    build_optimizer_state(optimizer, model)
+    initial_checksum = weights_checksum(model)
+
+    checkpoints = None
+    start_epoch, step, resumed_from = 0, 0, None
+    error = None
+    if rank == 0 and config.checkpoint_dir is not None:
+        checkpoints = Checkpoints(config.checkpoint_dir, model, optimizer)
+        if config.resume:
+            try:
+                restored = checkpoints.restore_newest()
+            except (tf.errors.OpError, AssertionError, ValueError) as exc:
+                error = f"cannot resume from {checkpoints.manager.latest_checkpoint}: {exc}"
+            else:
+                if restored is None:
+                    log(rank, f"--resume: no checkpoint in {config.checkpoint_dir}, starting fresh")
+                else:
+                    start_epoch, step, resumed_from = restored
+                    log(rank, f"resumed from {resumed_from} (epoch {start_epoch}, step {step})")
+    agree_on_error(hvd, error)
+    start_epoch, step, resumed_from = hvd.broadcast_object(
+        (start_epoch, step, resumed_from), root_rank=0, name="resume_point"
+    )
+
+    # Every rank, before the first step: weights and optimizer slots from rank 0.
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
+    data_seed = hvd.broadcast_object(config.seed, root_rank=0, name="data_seed")
+
+    writer = None
+    if rank == 0 and config.log_dir is not None:
+        writer = tf.summary.create_file_writer(str(config.log_dir))
+
+    steps = steps_per_epoch(dataset, size, config.batch_size)
+    if config.mode == "fit":
+        train_epoch = _fit_epochs(config, model, optimizer, dataset, size, rank, data_seed, steps)
+    else:
+        train_epoch = _tape_epochs(config, model, optimizer, dataset, size, rank, data_seed, steps)
+
+    history: list[EpochMetrics] = []
+    for epoch in range(start_epoch, config.epochs):
+        started = time.perf_counter()
+        loss_sum, correct, count, step, lr = train_epoch(epoch, step)
+        elapsed = time.perf_counter() - started
+        total_loss, total_correct, total_count, elapsed_sum = summed(
+            [loss_sum, correct, count, elapsed], "train"
+        )
+        test_loss, test_accuracy = evaluate(model, dataset, rank, size)
+        metrics = EpochMetrics(
+            epoch=epoch + 1,
+            train_loss=total_loss / total_count,
+            train_accuracy=total_correct / total_count,
+            test_loss=test_loss,
+            test_accuracy=test_accuracy,
+            samples_per_sec=total_count / (elapsed_sum / size),
+            lr=lr,
+        )
+        history.append(metrics)
+        if rank == 0:
+            log(rank, metrics.progress_line(config.epochs))
+            if writer is not None:
+                with writer.as_default():
+                    for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+                        tf.summary.scalar(key, getattr(metrics, key), step=epoch + 1)
+                    tf.summary.scalar("samples_per_sec", metrics.samples_per_sec, step=epoch + 1)
+                    tf.summary.scalar("lr", lr, step=epoch + 1)
+                writer.flush()
+            if checkpoints is not None:
+                checkpoints.save(epoch + 1, step)
+    if writer is not None:
+        writer.close()
+
+    if history:
+        test_loss, test_accuracy = history[-1].test_loss, history[-1].test_accuracy
+    else:
+        test_loss, test_accuracy = evaluate(model, dataset, rank, size)
+    per_rank = hvd.allgather_object(
+        {
+            "hostname": host,
+            "local_rank": local_rank,
+            "device": choice.describe(),
+            "initial_checksum": initial_checksum,
+            "checksum": weights_checksum(model),
+        },
+        name="rank_summary",
+    )
+    weights = [np.asarray(w, dtype=np.float64) for w in model.trainable_weights]
+    result: dict[str, Any] = {
+        "framework": "tensorflow",
+        "mode": config.mode,
+        "keras_version": keras_version(),
+        "dataset": dataset.name,
+        "size": size,
+        "epochs": config.epochs,
+        "start_epoch": start_epoch,
+        "resumed_from": resumed_from,
+        "global_batch_size": config.batch_size * size,
+        "final_loss": history[-1].train_loss if history else None,
+        "test_loss": test_loss,
+        "test_accuracy": test_accuracy,
+        "samples_per_sec": (
+            sum(m.samples_per_sec for m in history) / len(history) if history else None
+        ),
+        "history": [m.__dict__ for m in history],
+        "hostnames": [r["hostname"] for r in per_rank],
+        "local_ranks": [r["local_rank"] for r in per_rank],
+        "devices": [r["device"] for r in per_rank],
+        "initial_checksums": [r["initial_checksum"] for r in per_rank],
+        "param_checksums": [r["checksum"] for r in per_rank],
+        "param_sq_norm": float(sum(np.sum(w * w) for w in weights)),
+    }
+    if rank == 0:
+        print(result_line(result), flush=True)
+    return result
+
+
+EpochFn = Callable[[int, int], tuple[float, float, float, int, float]]
+
+
+def _tape_epochs(
+    config: TrainConfig,
+    model: Any,
+    optimizer: Any,
+    dataset: Dataset,
+    size: int,
+    rank: int,
+    data_seed: int,
+    steps: int,
+) -> EpochFn:
+    """A custom loop: gradients averaged by hvd.DistributedGradientTape."""
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def step_fn(images: Any, labels: Any) -> tuple[Any, Any]:
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            loss = loss_fn(labels, logits)
+        tape = hvd.DistributedGradientTape(tape, op=hvd.Average)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
+        return loss, logits
+
+    train_step = tf.function(step_fn, reduce_retracing=True)
+
+    def train_epoch(epoch: int, step: int) -> tuple[float, float, float, int, float]:
+        loss_sum = correct = count = 0.0
+        lr = learning_rate(step, steps, config.lr, size, config.warmup_epochs)
+        for images, labels in epoch_dataset(
+            dataset, size, rank, data_seed, epoch, config.batch_size
+        ):
+            lr = learning_rate(step, steps, config.lr, size, config.warmup_epochs)
+            optimizer.learning_rate.assign(lr)
+            loss, logits = train_step(images, labels)
+            n = int(labels.shape[0])
+            loss_sum += float(loss) * n
+            correct += float(np.sum(np.argmax(logits.numpy(), axis=1) == labels.numpy()))
+            count += n
+            step += 1
+        return loss_sum, correct, count, step, lr
+
+    return train_epoch
+
+
+def _fit_epochs(
+    config: TrainConfig,
+    model: Any,
+    optimizer: Any,
+    dataset: Dataset,
+    size: int,
+    rank: int,
+    data_seed: int,
+    steps: int,
+) -> EpochFn:
+    """Keras model.fit, one call per epoch (each with its own shard order).
+
+    horovod.tensorflow.keras does the distributed work: DistributedOptimizer
+    averages gradients, BroadcastGlobalVariablesCallback re-broadcasts after
+    the first batch (a no-op here: the explicit broadcast already ran),
+    MetricAverageCallback averages the logged metrics, and
+    LearningRateWarmupCallback ramps the rate from --lr to --lr x size.
+    """
+    model.compile(
+        optimizer=optimizer,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    scaled_lr = config.lr * size
+    callbacks = [
+        hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd_keras.callbacks.MetricAverageCallback(),
+    ]
+    if config.warmup_epochs > 0:
+        callbacks.append(
+            hvd_keras.callbacks.LearningRateWarmupCallback(
+                initial_lr=scaled_lr,
+                warmup_epochs=config.warmup_epochs,
+                steps_per_epoch=steps,
+                # tf-keras optimizers (2.11+) keep momentum as a Python float,
+                # which the callback's momentum correction cannot assign.
+                momentum_correction=False,
+                verbose=0,
+            )
+        )
+
+    def train_epoch(epoch: int, step: int) -> tuple[float, float, float, int, float]:
+        if config.warmup_epochs <= 0 or epoch >= config.warmup_epochs:
+            keras.backend.set_value(optimizer.learning_rate, scaled_lr)
+        data = epoch_dataset(dataset, size, rank, data_seed, epoch, config.batch_size)
+        fitted = model.fit(
+            data,
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            steps_per_epoch=steps,
+            callbacks=callbacks,
+            verbose=0,
+        )
+        # MetricAverageCallback already averaged these over ranks; turn them back
+        # into per-rank sums so that the caller's allreduce gives the global mean.
+        per_rank = steps * config.batch_size
+        count = float(min(per_rank, len(dataset.y_train) // size))
+        loss = float(fitted.history["loss"][-1])
+        accuracy = float(fitted.history["accuracy"][-1])
+        lr = float(keras.backend.get_value(optimizer.learning_rate))
+        return loss * count, accuracy * count, count, step + steps, lr
+
+    return train_epoch

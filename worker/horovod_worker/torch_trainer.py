@@ -1,0 +1,299 @@
+"""PyTorch + Horovod: hvd.DistributedOptimizer with DistributedSampler shards.
+
+Order of a run, the same on every rank (collectives must run everywhere, in
+the same order, or the job hangs):
+
+1. hvd.init(), size check, device pinned by local rank, data loaded, output
+   directories checked on rank 0; any rank's problem stops every rank.
+2. Model and optimizer built from this rank's seed; rank 0 loads the newest
+   checkpoint on --resume.
+3. Parameters AND optimizer state broadcast from rank 0, before the first step
+   (the seed tutorials broadcast after training, or on rank 0 only: a deadlock).
+4. Epochs: sampler.set_epoch, averaged gradients, metrics summed over ranks;
+   rank 0 prints progress, writes TensorBoard scalars and a checkpoint.
+5. Checksums of the final parameters gathered from every rank; rank 0 prints
+   the result line.
+"""
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import horovod.torch as hvd
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from horovod_worker.common import (
+    EpochMetrics,
+    TrainConfig,
+    WorkerError,
+    agree_on_error,
+    check_expected_size,
+    checksum,
+    default_threads,
+    ensure_writable_dir,
+    hostname,
+    learning_rate,
+    log,
+    rank_line,
+    result_line,
+)
+from horovod_worker.data import DataError, Dataset, eval_shard, load
+from horovod_worker.devices import DeviceChoice, DeviceError, select_device
+
+CHECKPOINT_GLOB = "checkpoint-*.pt"
+
+
+def visible_gpus() -> list[str]:
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def pin_device(choice: DeviceChoice) -> torch.device:
+    if choice.gpu_index is None:
+        return torch.device("cpu")
+    torch.cuda.set_device(choice.gpu_index)
+    return torch.device("cuda", choice.gpu_index)
+
+
+def build_model(dataset: Dataset, hidden: int) -> nn.Module:
+    height, width, channels = dataset.image_shape
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(height * width * channels, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, dataset.num_classes),
+    )
+
+
+def to_nchw(images: Any) -> torch.Tensor:
+    return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+
+
+def parameter_checksum(model: nn.Module) -> str:
+    return checksum(p.detach().cpu().numpy() for p in model.parameters())
+
+
+def newest_checkpoint(directory: Path) -> Path | None:
+    found = sorted(directory.glob(CHECKPOINT_GLOB))
+    return found[-1] if found else None
+
+
+def save_checkpoint(
+    directory: Path, epoch: int, step: int, model: nn.Module, optimizer: Any
+) -> Path:
+    """Write atomically, so that a rank 0 killed mid-write leaves the previous one."""
+    path = directory / f"checkpoint-{epoch:04d}.pt"
+    tmp = path.with_suffix(".tmp")
+    state = {
+        "epoch": epoch,
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+    }
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def summed(values: list[float], name: str) -> list[float]:
+    """Sum per-rank values over all ranks (exact global metrics)."""
+    total = hvd.allreduce(torch.tensor(values, dtype=torch.float64), op=hvd.Sum, name=name)
+    return [float(v) for v in total.tolist()]
+
+
+def evaluate(
+    model: nn.Module, dataset: Dataset, device: torch.device, rank: int, size: int
+) -> tuple[float, float]:
+    """Loss and accuracy over the whole test set: each rank its disjoint part."""
+    part = eval_shard(len(dataset.x_test), rank, size)
+    images = to_nchw(dataset.x_test[part]).to(device)
+    labels = torch.from_numpy(dataset.y_test[part]).to(device)
+    model.eval()
+    with torch.no_grad():
+        logits = model(images) if len(labels) else torch.zeros(0, dataset.num_classes)
+        loss_sum = float(nn.functional.cross_entropy(logits, labels, reduction="sum"))
+        correct = float((logits.argmax(dim=1) == labels).sum())
+    if not len(labels):
+        loss_sum = 0.0
+    total_loss, total_correct, count = summed([loss_sum, correct, float(len(labels))], "eval")
+    return total_loss / count, total_correct / count
+
+
+def run(config: TrainConfig) -> dict[str, Any]:
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    local_rank, local_size = hvd.local_rank(), hvd.local_size()
+    check_expected_size(size)
+    torch.set_num_threads(config.threads or default_threads(local_size))
+
+    # 1. Everything that can fail on one rank, agreed on by all.
+    error: str | None = None
+    choice = DeviceChoice(None, "", "not selected")
+    dataset: Dataset | None = None
+    try:
+        choice = select_device(
+            local_rank, local_size, visible_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES")
+        )
+        dataset = load(config.dataset, config.data_dir, config.synthetic_samples)
+        if rank == 0 and config.checkpoint_dir is not None:
+            ensure_writable_dir(config.checkpoint_dir, "checkpoint dir")
+        if rank == 0 and config.log_dir is not None:
+            ensure_writable_dir(config.log_dir, "log dir")
+    except (DeviceError, DataError, WorkerError) as exc:
+        error = str(exc)
+    agree_on_error(hvd, error)
+    assert dataset is not None
+    device = pin_device(choice)
+    host = hostname()
+    print(rank_line(rank, size, local_rank, local_size, host, choice.describe()), flush=True)
+    if not choice.is_gpu:
+        log(rank, choice.reason)
+
+    # 2. Model and optimizer from this rank's seed; the broadcast below makes them equal.
+    torch.manual_seed(config.seed)
+    model = build_model(dataset, config.hidden).to(device)
+    base_optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    optimizer = hvd.DistributedOptimizer(
+        base_optimizer, named_parameters=model.named_parameters(), op=hvd.Average
+    )
+    initial_checksum = parameter_checksum(model)
+
+    start_epoch, step, resumed_from = 0, 0, None
+    error = None
+    if rank == 0 and config.resume and config.checkpoint_dir is not None:
+        path = newest_checkpoint(config.checkpoint_dir)
+        if path is None:
+            log(rank, f"--resume: no checkpoint in {config.checkpoint_dir}, starting fresh")
+        else:
+            try:
+                state = torch.load(path, map_location=device, weights_only=True)
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                start_epoch, step, resumed_from = int(state["epoch"]), int(state["step"]), str(path)
+                log(rank, f"resumed from {path} (epoch {start_epoch}, step {step})")
+            except (OSError, RuntimeError, KeyError, ValueError) as exc:
+                error = f"cannot resume from {path}: {exc}"
+    agree_on_error(hvd, error)
+    start_epoch, step, resumed_from = hvd.broadcast_object(
+        (start_epoch, step, resumed_from), root_rank=0, name="resume_point"
+    )
+
+    # 3. Every rank takes part in both broadcasts, before the first step.
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    data_seed = hvd.broadcast_object(config.seed, root_rank=0, name="data_seed")
+
+    sampler: DistributedSampler[Any] = DistributedSampler(
+        TensorDataset(torch.arange(len(dataset.y_train))),
+        num_replicas=size,
+        rank=rank,
+        shuffle=True,
+        seed=data_seed,
+    )
+    train_set = TensorDataset(to_nchw(dataset.x_train), torch.from_numpy(dataset.y_train))
+    loader = DataLoader(train_set, batch_size=config.batch_size, sampler=sampler)
+    steps_per_epoch = len(loader)
+
+    writer = None
+    if rank == 0 and config.log_dir is not None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=str(config.log_dir))
+
+    # 4. Training.
+    history: list[EpochMetrics] = []
+    lr = learning_rate(step, steps_per_epoch, config.lr, size, config.warmup_epochs)
+    for epoch in range(start_epoch, config.epochs):
+        sampler.set_epoch(epoch)  # a new shuffle, the same on every rank
+        model.train()
+        loss_sum = correct = count = 0.0
+        started = time.perf_counter()
+        for images, labels in loader:
+            lr = learning_rate(step, steps_per_epoch, config.lr, size, config.warmup_epochs)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            images, labels = images.to(device), labels.to(device)
+            optimizer.zero_grad()
+            logits = model(images)
+            loss = nn.functional.cross_entropy(logits, labels)
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            step += 1
+            loss_sum += loss.item() * len(labels)
+            correct += float((logits.argmax(dim=1) == labels).sum())
+            count += len(labels)
+        elapsed = time.perf_counter() - started
+        total_loss, total_correct, total_count, elapsed_sum = summed(
+            [loss_sum, correct, count, elapsed], "train"
+        )
+        test_loss, test_accuracy = evaluate(model, dataset, device, rank, size)
+        metrics = EpochMetrics(
+            epoch=epoch + 1,
+            train_loss=total_loss / total_count,
+            train_accuracy=total_correct / total_count,
+            test_loss=test_loss,
+            test_accuracy=test_accuracy,
+            samples_per_sec=total_count / (elapsed_sum / size),
+            lr=lr,
+        )
+        history.append(metrics)
+        if rank == 0:
+            log(rank, metrics.progress_line(config.epochs))
+            if writer is not None:
+                for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+                    writer.add_scalar(key, getattr(metrics, key), epoch + 1)
+                writer.add_scalar("samples_per_sec", metrics.samples_per_sec, epoch + 1)
+                writer.add_scalar("lr", lr, epoch + 1)
+                writer.flush()
+            if config.checkpoint_dir is not None:
+                save_checkpoint(config.checkpoint_dir, epoch + 1, step, model, optimizer)
+    if writer is not None:
+        writer.close()
+
+    # 5. Summary from every rank, printed by rank 0.
+    if history:
+        test_loss, test_accuracy = history[-1].test_loss, history[-1].test_accuracy
+    else:
+        test_loss, test_accuracy = evaluate(model, dataset, device, rank, size)
+    final_checksum = parameter_checksum(model)
+    per_rank = hvd.allgather_object(
+        {
+            "hostname": host,
+            "local_rank": local_rank,
+            "device": choice.describe(),
+            "initial_checksum": initial_checksum,
+            "checksum": final_checksum,
+        },
+        name="rank_summary",
+    )
+    param_norm = float(sum(float(p.detach().double().pow(2).sum()) for p in model.parameters()))
+    result: dict[str, Any] = {
+        "framework": "pytorch",
+        "mode": "optimizer",
+        "dataset": dataset.name,
+        "size": size,
+        "epochs": config.epochs,
+        "start_epoch": start_epoch,
+        "resumed_from": resumed_from,
+        "global_batch_size": config.batch_size * size,
+        "final_loss": history[-1].train_loss if history else None,
+        "test_loss": test_loss,
+        "test_accuracy": test_accuracy,
+        "samples_per_sec": (
+            sum(m.samples_per_sec for m in history) / len(history) if history else None
+        ),
+        "history": [m.__dict__ for m in history],
+        "hostnames": [r["hostname"] for r in per_rank],
+        "local_ranks": [r["local_rank"] for r in per_rank],
+        "devices": [r["device"] for r in per_rank],
+        "initial_checksums": [r["initial_checksum"] for r in per_rank],
+        "param_checksums": [r["checksum"] for r in per_rank],
+        "param_sq_norm": param_norm,
+    }
+    if rank == 0:
+        print(result_line(result), flush=True)
+    return result

@@ -1,0 +1,230 @@
+"""Train a small classifier with Horovod: ``python -m horovod_worker.train``.
+
+Start one process per GPU (or per CPU slot) with horovodrun, mpirun, or the
+operator's launcher; every process runs this same command.
+
+Example:
+    horovodrun -np 2 -H localhost:2 --gloo \\
+        python -m horovod_worker.train --framework pytorch --epochs 3
+"""
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from horovod_worker import contract
+from horovod_worker.common import TrainConfig, WorkerError, error_exit
+from horovod_worker.data import DATASETS, DataError, mnist_paths
+
+FRAMEWORKS = ("pytorch", "tensorflow")
+MODES = ("tape", "fit")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument as one line (every rank prints it)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.exit(error_exit(f"{message} (see --help)", status=2, prog=self.prog))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="horovod_worker.train",
+        description=(
+            "Train a small image classifier data-parallel with Horovod. Run the same "
+            "command in every process (horovodrun -np N ...). Each process pins the GPU "
+            "numbered by its local rank (or the CPU when none is visible), reads its "
+            "shard of the data, and averages gradients with the others. Rank 0 prints "
+            f"progress, writes checkpoints and logs, and ends with one line "
+            f"'{contract.RESULT_PREFIX} {{json}}'."
+        ),
+        epilog=(
+            f"Environment: {contract.ENV_EXPECTED_SIZE}=N makes every process fail unless "
+            "hvd.size() == N (catches ranks that did not join one world). "
+            "TF_USE_LEGACY_KERAS is set to 1: horovod.tensorflow.keras needs tf-keras."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--framework",
+        choices=FRAMEWORKS,
+        default="pytorch",
+        help="deep learning framework: pytorch (hvd.DistributedOptimizer) or tensorflow",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="tape",
+        help="TensorFlow only: 'tape' is a custom loop with hvd.DistributedGradientTape; "
+        "'fit' is Keras model.fit with horovod.tensorflow.keras callbacks",
+    )
+    parser.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default="digits",
+        help="digits: scikit-learn's bundled 8x8 digits (no download); mnist: the four "
+        "MNIST IDX files in --data-dir (never downloaded); synthetic: random data for "
+        "throughput",
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, help="directory with the MNIST IDX files (plain or .gz)"
+    )
+    parser.add_argument(
+        "--epochs", type=_positive_int, default=3, help="total epochs (a resumed run included)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=32,
+        help="samples per step per process; the global batch is this times the world size",
+    )
+    parser.add_argument(
+        "--lr",
+        type=_positive_float,
+        default=0.05,
+        help="learning rate of one process; scaled by the world size after warm-up",
+    )
+    parser.add_argument("--momentum", type=_non_negative_float, default=0.9, help="SGD momentum")
+    parser.add_argument(
+        "--warmup-epochs",
+        type=_non_negative_float,
+        default=1.0,
+        help="epochs over which the learning rate ramps linearly from --lr to --lr x size",
+    )
+    parser.add_argument(
+        "--hidden", type=_positive_int, default=128, help="units of the hidden layer"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=42,
+        help="seed of the model's initial weights; rank 0's seed also orders the data "
+        "(its weights are broadcast to all ranks before the first step)",
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        help="rank 0 writes a checkpoint here after every epoch (none when unset)",
+    )
+    parser.add_argument(
+        "--log-dir", type=Path, help="rank 0 writes TensorBoard event files here (none when unset)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the newest checkpoint in --checkpoint-dir (a fresh start when "
+        "there is none); the result equals an uninterrupted run",
+    )
+    parser.add_argument(
+        "--synthetic-samples",
+        type=_positive_int,
+        default=4096,
+        help="number of samples of --dataset synthetic",
+    )
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        help="CPU threads per process (default: the host's cores divided by the local processes)",
+    )
+    return parser
+
+
+def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
+    """Parse and validate the command line; exits 2 with one line on bad input."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.resume and args.checkpoint_dir is None:
+        parser.error("--resume needs --checkpoint-dir")
+    if args.dataset == "mnist" and args.data_dir is None:
+        parser.error("--dataset mnist needs --data-dir (MNIST is never downloaded)")
+    if args.mode == "fit" and args.framework != "tensorflow":
+        parser.error("--mode fit is the Keras path: use it with --framework tensorflow")
+    return TrainConfig(
+        framework=args.framework,
+        mode=args.mode,
+        dataset=args.dataset,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        momentum=args.momentum,
+        warmup_epochs=args.warmup_epochs,
+        hidden=args.hidden,
+        seed=args.seed,
+        checkpoint_dir=args.checkpoint_dir,
+        log_dir=args.log_dir,
+        data_dir=args.data_dir,
+        resume=args.resume,
+        synthetic_samples=args.synthetic_samples,
+        threads=args.threads,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config = parse_config(argv)
+    try:
+        # Before any framework import: a missing file fails in a second, not after
+        # importing TensorFlow, and on every rank (each checks its own host).
+        if config.dataset == "mnist" and config.data_dir is not None:
+            mnist_paths(config.data_dir)
+        if config.framework == "pytorch":
+            from horovod_worker import torch_trainer
+
+            torch_trainer.run(config)
+        else:
+            # horovod.tensorflow.keras works with tf-keras only (Keras 3 ranks
+            # silently diverge in fit); TensorFlow reads this at import.
+            os.environ["TF_USE_LEGACY_KERAS"] = "1"
+            from horovod_worker import tf_trainer
+
+            tf_trainer.run(config)
+    except (WorkerError, DataError) as exc:
+        status = error_exit(str(exc))
+        if "horovod.common.basics" in sys.modules:
+            # Horovod is running: its exit-time shutdown would wait for ranks
+            # that may be gone. Leave now, like MPI_Abort (output is flushed).
+            sys.stdout.flush()
+            os._exit(status)
+        return status
+    except ImportError as exc:
+        return error_exit(
+            f"{exc}: install the worker with hack/install-worker.sh "
+            f"(torch, tensorflow-cpu/tf-keras and Horovod)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
