@@ -140,12 +140,18 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
 
 
 def _env(job: HorovodJob, role: str) -> list[Obj]:
-    return [
+    env = [
         {"name": contract.ENV_JOB_NAME, "value": job.metadata.name},
         {"name": contract.ENV_JOB_NAMESPACE, "value": job.metadata.namespace},
         {"name": contract.ENV_ROLE, "value": role},
         {"name": contract.ENV_EXPECTED_SIZE, "value": str(job.spec.total_slots())},
     ]
+    if role == contract.ROLE_LAUNCHER:
+        # Open MPI shortens hostfile names to their first label, and
+        # `<job>-worker-<i>` alone does not resolve: pods' DNS search path covers
+        # `<ns>.svc`, not the job's `<subdomain>.<ns>.svc`. Keep the full names.
+        env.append({"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"})
+    return env
 
 
 def _volumes(job: HorovodJob) -> list[Obj]:
@@ -153,6 +159,8 @@ def _volumes(job: HorovodJob) -> list[Obj]:
     return [
         {
             "name": names.SSH_VOLUME,
+            # ssh refuses a private key that others can read; the launcher's
+            # horovodrun uses this file directly.
             "secret": {"secretName": names.secret_name(name), "defaultMode": 0o600},
         },
         {

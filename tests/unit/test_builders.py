@@ -253,7 +253,7 @@ def expected_launcher(command: list[str], attempt: int = 0, **overrides: Any) ->
     env = [
         {**item, "value": "launcher"} if item["name"] == "HVJOB_ROLE" else item
         for item in ENV_WORKER
-    ]
+    ] + [{"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"}]
     container = {
         "name": "launcher",
         "image": "horovod-worker:0.1.0",
