@@ -1,0 +1,141 @@
+"""Fixtures for whole jobs run as local processes (hack/nodeagent).
+
+`cluster` starts the local control plane once per run, in its own state dir and
+ports (HVK_E2E_DIR, HVK_E2E_PORT_BASE; HVK_E2E_REUSE=<state dir> reuses one you
+started with `hack/cluster.sh up`). `agent` starts the node agent on it: two
+nodes, `local-0` and `local-1`, tainted so that only pods made by `local_pod`
+(or jobs given `LOCAL_PLACEMENT`) land there, never on kwok's fake nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "hack"))
+
+import cluster as localcluster  # noqa: E402  (hack/cluster.py)
+from clusterlib import KubeCluster, wait_for  # noqa: E402
+from e2elib import AGENT, PYTHON, Agent  # noqa: E402
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[KubeCluster]:
+    reuse = os.environ.get("HVK_E2E_REUSE")
+    if reuse:
+        impl = localcluster.Cluster(localcluster.Layout.load(Path(reuse)))
+        if not impl.status()["apiserver_ready"]:
+            pytest.fail(f"HVK_E2E_REUSE={reuse}: no ready cluster there (hack/cluster.sh up)")
+        yield KubeCluster(impl)
+        return
+    layout = localcluster.Layout(
+        root=Path(os.environ.get("HVK_E2E_DIR", REPO / ".work" / "e2e-cluster")),
+        port_base=int(os.environ.get("HVK_E2E_PORT_BASE", 17500)),
+    )
+    impl = localcluster.Cluster(layout)
+    impl.down(quiet=True)
+    localcluster.build()
+    try:
+        impl.up()
+    except localcluster.ClusterError as exc:
+        pytest.fail(f"the local control plane did not start: {exc}")
+    try:
+        yield KubeCluster(impl)
+    finally:
+        impl.down(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def agent(cluster: KubeCluster) -> Iterator[Agent]:
+    state = Path(os.environ.get("HVK_E2E_AGENT_DIR", REPO / ".work" / "e2e-nodeagent"))
+    state.mkdir(parents=True, exist_ok=True)
+    build = subprocess.run(
+        [str(PYTHON), str(AGENT), "build"], capture_output=True, text=True, timeout=1800
+    )
+    if build.returncode != 0:
+        pytest.fail(f"building CoreDNS failed:\n{build.stderr}{build.stdout}")
+    ready = state / "ready.json"
+    ready.unlink(missing_ok=True)
+    log_file = state / "agent.log"
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(
+            [
+                str(PYTHON),
+                str(AGENT),
+                "--state-dir",
+                str(state),
+                "run",
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--nodes",
+                "2",
+                "--gpus",
+                "2",
+                "--ready-file",
+                str(ready),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    handle = Agent(state, log_file, proc)
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the node agent did not start:\n{handle.log_tail()}")
+        time.sleep(0.3)
+    try:
+        yield handle
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        leftover = handle.netns()
+        assert not leftover, f"the agent left network namespaces behind: {leftover}"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40].strip("-")
+
+
+@pytest.fixture
+def namespace(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = f"{_slug(request.node.name)}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    wait_for(
+        lambda: cluster.exists("serviceaccount", "default", name),
+        30,
+        message=f"serviceaccount default in {name}",
+    )
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    funcargs = getattr(item, "funcargs", {})
+    if report.failed and isinstance(funcargs.get("agent"), Agent):
+        report.sections.append(("node agent log (last lines)", funcargs["agent"].log_tail()))

@@ -1,0 +1,278 @@
+"""Whole HorovodJobs run as local processes: operator, launcher, workers, real ssh, real training.
+
+Every pod runs in its own network, UTS and mount namespace on the node agent's
+nodes, so the launcher's horovodrun reaches each worker's sshd by its DNS name
+(`<job>-worker-<i>.<job>-worker.<ns>.svc`), exactly as in a cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from clusterlib import KubeCluster, wait_for
+from e2elib import LOCAL_PLACEMENT, PYTHON, REPO, Agent, alive
+
+ACCURACY_BAR = 0.90
+RANK_LINE = re.compile(
+    r"HVJOB_RANK rank=(\d+) size=(\d+) local_rank=(\d+) local_size=(\d+) hostname=(\S+)"
+)
+CHECKPOINT_DIR = "/checkpoints"
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
+    """The CRD installed and the operator running (its log file is yielded)."""
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
+    )
+    log_file = agent.state_dir / "operator.log"
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(
+            [
+                str(PYTHON),
+                "-m",
+                "horovod_operator",
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--http-port",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+            start_new_session=True,
+        )
+    time.sleep(2)
+    if proc.poll() is not None:
+        pytest.fail(f"the operator exited at start:\n{log_file.read_text()[-3000:]}")
+    try:
+        yield log_file
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def example_job(
+    framework: str,
+    name: str,
+    *,
+    replicas: int = 2,
+    slots: int = 1,
+    extra_args: tuple[str, ...] = (),
+    backoff_limit: int | None = None,
+) -> dict[str, Any]:
+    """examples/<framework>-digits.yaml, placed on the agent's nodes through the templates."""
+    job = yaml.safe_load((REPO / "examples" / f"{framework}-digits.yaml").read_text())
+    job["metadata"]["name"] = name
+    spec = job["spec"]
+    spec["command"] = [*spec["command"], "--threads=1", *extra_args]
+    spec["slotsPerWorker"] = slots
+    spec["worker"]["replicas"] = replicas
+    spec["worker"]["resources"] = {"limits": {"nvidia.com/gpu": slots}}
+    # Worker pods keep running after success so that each one's checkpoint dir
+    # (an emptyDir: a pod's own) can be inspected.
+    spec["runPolicy"]["cleanPodPolicy"] = "None"
+    if backoff_limit is not None:
+        spec["runPolicy"]["backoffLimit"] = backoff_limit
+    spec["worker"]["template"] = {
+        "spec": {
+            **copy.deepcopy(LOCAL_PLACEMENT),
+            "volumes": [{"name": "checkpoints", "emptyDir": {}}],
+            "containers": [
+                {
+                    "name": "worker",
+                    "volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINT_DIR}],
+                }
+            ],
+        }
+    }
+    spec["launcher"] = {"template": {"spec": copy.deepcopy(LOCAL_PLACEMENT)}}
+    return job
+
+
+def wait_finished(cluster: KubeCluster, namespace: str, name: str, timeout: float) -> Any:
+    def done() -> Any:
+        job = cluster.get("hj", name, namespace)
+        return job if job.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
+
+    return wait_for(done, timeout, 1.0, f"HorovodJob {name} to finish")
+
+
+def ranks(launcher_log: str) -> list[dict[str, Any]]:
+    out = []
+    for m in RANK_LINE.finditer(launcher_log):
+        rank, size, local_rank, local_size, host = m.groups()
+        out.append(
+            {
+                "rank": int(rank),
+                "size": int(size),
+                "local_rank": int(local_rank),
+                "local_size": int(local_size),
+                "hostname": host,
+            }
+        )
+    return sorted(out, key=lambda r: r["rank"])
+
+
+def result(launcher_log: str) -> dict[str, Any]:
+    lines = [line for line in launcher_log.splitlines() if "HVJOB_RESULT " in line]
+    assert lines, f"no HVJOB_RESULT line in the launcher's log:\n{launcher_log[-3000:]}"
+    return dict(json.loads(lines[-1].split("HVJOB_RESULT ", 1)[1]))
+
+
+def _describe(cluster: KubeCluster, agent: Agent, namespace: str, name: str) -> str:
+    job = cluster.kubectl("get", "hj", name, "-n", namespace, "-o", "yaml", check=False).stdout
+    pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+    log = agent.cli("logs", f"{name}-launcher", "-n", namespace, check=False)
+    return f"{job}\n{pods}\nlauncher log:\n{log[-4000:]}"
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_example_2x1_over_ssh(
+    cluster: KubeCluster, agent: Agent, operator: Path, namespace: str, framework: str
+) -> None:
+    name = f"{framework[:5]}-digits"
+    cluster.apply(
+        example_job(framework, name, extra_args=(f"--checkpoint-dir={CHECKPOINT_DIR}",)),
+        namespace,
+    )
+    job = wait_finished(cluster, namespace, name, 600)
+    assert job["status"]["phase"] == "Succeeded", _describe(cluster, agent, namespace, name)
+    log = agent.cli("logs", f"{name}-launcher", "-n", namespace)
+    assert result(log)["test_accuracy"] >= ACCURACY_BAR
+    seen = ranks(log)
+    assert [r["rank"] for r in seen] == [0, 1], log[-3000:]
+    hosts = {r["hostname"] for r in seen}
+    assert hosts == {f"{name}-worker-0", f"{name}-worker-1"}, "each rank in its own pod"
+    # kubectl logs works too: the API server reads them from the agent's log endpoint.
+    launcher_pods = cluster.get("pods", namespace=namespace, selector="job-name")["items"]
+    via_api = cluster.kubectl("logs", "-n", namespace, launcher_pods[0]["metadata"]["name"])
+    assert "HVJOB_RESULT" in via_api.stdout
+    # Only rank 0's pod has checkpoints in its (private) checkpoint dir.
+    rank0_host = next(r["hostname"] for r in seen if r["rank"] == 0)
+    for i in range(2):
+        pod = f"{name}-worker-{i}"
+        files = agent.exec(pod, namespace, "ls", CHECKPOINT_DIR).split()
+        if pod == rank0_host:
+            assert files, f"rank 0 ({pod}) wrote no checkpoint"
+        else:
+            assert files == [], f"{pod} is not rank 0 but wrote {files}"
+
+
+def test_two_workers_two_slots_each(
+    cluster: KubeCluster, agent: Agent, operator: Path, namespace: str
+) -> None:
+    name = "torch-2x2"
+    cluster.apply(example_job("pytorch", name, slots=2, extra_args=("--epochs=1",)), namespace)
+    job = wait_finished(cluster, namespace, name, 600)
+    assert job["status"]["phase"] == "Succeeded", _describe(cluster, agent, namespace, name)
+    seen = ranks(agent.cli("logs", f"{name}-launcher", "-n", namespace))
+    assert [r["rank"] for r in seen] == [0, 1, 2, 3]
+    assert all(r["size"] == 4 and r["local_size"] == 2 for r in seen)
+    by_host: dict[str, list[int]] = {}
+    for r in seen:
+        by_host.setdefault(r["hostname"], []).append(r["local_rank"])
+    assert by_host == {f"{name}-worker-0": [0, 1], f"{name}-worker-1": [0, 1]}
+
+
+def _trainer_pids(agent: Agent, namespace: str, pod: str) -> list[int]:
+    info = agent.pod_info(pod, namespace)
+    if not info:
+        return []
+    out = []
+    for pid in info["pids"]:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"horovod_worker.train" in cmdline and b"horovodrun" not in cmdline:
+            out.append(pid)
+    return out
+
+
+def test_worker_killed_mid_training_restarts_the_job(
+    cluster: KubeCluster, agent: Agent, operator: Path, namespace: str
+) -> None:
+    name = "killed"
+    cluster.apply(
+        example_job("pytorch", name, extra_args=("--epochs=12",), backoff_limit=2), namespace
+    )
+    victim = f"{name}-worker-1"
+    pids = wait_for(lambda: _trainer_pids(agent, namespace, victim), 300, 0.5, "a rank running")
+    time.sleep(2)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    job = wait_finished(cluster, namespace, name, 600)
+    status = job["status"]
+    detail = _describe(cluster, agent, namespace, name)
+    if status["phase"] == "Succeeded":
+        assert status.get("restarts", 0) >= 1, detail
+    else:
+        failures = status.get("failures") or []
+        assert failures, detail
+        assert any(f.get("exitCode") not in (None, 0) for f in failures), detail
+
+
+def test_command_exiting_3_fails_the_job_and_keeps_the_launcher_log(
+    cluster: KubeCluster, agent: Agent, operator: Path, namespace: str
+) -> None:
+    name = "exit-three"
+    job = example_job("pytorch", name, backoff_limit=0)
+    job["spec"]["command"] = ["sh", "-c", "echo rank says goodbye; exit 3"]
+    job["spec"]["launcher"]["template"]["spec"]["containers"] = [
+        {
+            "name": "launcher",
+            "command": ["sh", "-c", "echo launcher line one; echo launcher last words; exit 3"],
+        }
+    ]
+    cluster.apply(job, namespace)
+    done = wait_finished(cluster, namespace, name, 300)
+    status = done["status"]
+    detail = _describe(cluster, agent, namespace, name)
+    assert status["phase"] == "Failed", detail
+    assert status["launcher"]["exitCode"] == 3, detail
+    # The launcher's last lines outlive its pod: the operator keeps them (status,
+    # Event or ConfigMap). Delete the pods, then look for them in every place.
+    cluster.kubectl("delete", "pods", "-n", namespace, "--all", "--wait=true", "--timeout=60s")
+    kept = "\n".join(
+        [
+            json.dumps(cluster.get("hj", name, namespace).get("status", {})),
+            cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout,
+            cluster.kubectl("get", "configmaps", "-n", namespace, "-o", "json").stdout,
+        ]
+    )
+    assert "launcher last words" in kept, detail
+
+
+def test_deleting_a_running_job_stops_every_process(
+    cluster: KubeCluster, agent: Agent, operator: Path, namespace: str
+) -> None:
+    name = "deleted"
+    cluster.apply(example_job("pytorch", name, extra_args=("--epochs=50",)), namespace)
+    wait_for(lambda: _trainer_pids(agent, namespace, f"{name}-worker-0"), 300, 0.5, "training")
+    ours = [i for i in agent.ps() if i["namespace"] == namespace]
+    netns = {i["netns"] for i in ours}
+    pids = {p for i in ours for p in i["pids"]}
+    assert len(ours) >= 3 and pids
+    cluster.kubectl("delete", "hj", name, "-n", namespace, "--wait=false")
+    wait_for(lambda: not cluster.get("pods", namespace=namespace)["items"], 120, 0.5, "pods gone")
+    wait_for(lambda: not (netns & set(agent.netns())), 30, 0.3, "namespaces removed")
+    left = [p for p in pids if alive(p)]
+    assert left == [], f"processes left: {left}"

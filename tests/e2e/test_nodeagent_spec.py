@@ -1,0 +1,186 @@
+"""The node agent without a cluster: its pure kubelet rules (spec.py) and its start checks."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2elib import AGENT, PYTHON
+from nodeagent import spec
+from nodeagent.agent import netns_prefix
+from nodeagent.netns import list_netns
+from nodeagent.spec import ContainerState
+
+POD: dict[str, Any] = {
+    "metadata": {"name": "w-0", "namespace": "ns", "uid": "u1", "labels": {"app": "a"}},
+    "spec": {
+        "nodeName": "local-0",
+        "hostname": "job-worker-0",
+        "subdomain": "job-worker",
+        "containers": [
+            {"name": "main", "resources": {"limits": {"cpu": "1500m", "memory": "1Gi"}}}
+        ],
+    },
+}
+
+
+def _env(container: dict[str, Any], data: dict[str, dict[str, str]] | None = None) -> Any:
+    return spec.container_env(
+        POD,
+        container,
+        pod_ip="10.250.0.7",
+        host_ip="127.0.0.1",
+        node_allocatable={"cpu": "8", "memory": "16Gi"},
+        lookup=lambda kind, name: (data or {}).get(f"{kind}/{name}"),
+        base={"PATH": "/venv/bin:/usr/bin"},
+    )
+
+
+def test_env_sources_in_order() -> None:
+    container = {
+        "name": "main",
+        "resources": {"limits": {"cpu": "1500m", "memory": "1Gi"}},
+        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+        "env": [
+            {"name": "A", "value": "a"},
+            {"name": "B", "value": "$(A)-$(NOPE)-$$(A)"},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+            {
+                "name": "MEM_MI",
+                "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}},
+            },
+            {
+                "name": "REQ_MEM",
+                "valueFrom": {"resourceFieldRef": {"resource": "requests.memory"}},
+            },
+            {"name": "S", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "k"}}},
+        ],
+    }
+    env = _env(container, {"configMapRef/cm": {"X": "1"}, "secretRef/sec": {"k": "v"}})
+    assert env == {
+        "PATH": "/venv/bin:/usr/bin",
+        "CM_X": "1",
+        "A": "a",
+        "B": "a-$(NOPE)-$(A)",
+        "POD": "w-0",
+        "IP": "10.250.0.7",
+        "APP": "a",
+        "CPU": "2",  # 1.5 cores round up, as the kubelet does
+        "MEM_MI": "1024",
+        "REQ_MEM": str(2**30),  # requests fall back to limits
+        "S": "v",
+    }
+
+
+def test_missing_reference_is_an_error_unless_optional() -> None:
+    ref = {"secretKeyRef": {"name": "nope", "key": "k"}}
+    with pytest.raises(ValueError, match="nope"):
+        _env({"name": "main", "env": [{"name": "S", "valueFrom": ref}]})
+    optional = {"secretKeyRef": {"name": "nope", "key": "k", "optional": True}}
+    assert "S" not in _env({"name": "main", "env": [{"name": "S", "valueFrom": optional}]})
+
+
+def test_command_line_expands_and_needs_a_command() -> None:
+    container = {"name": "c", "command": ["sh", "-c"], "args": ["echo $(A)"]}
+    assert spec.command_line(container, {"A": "x"}) == ["sh", "-c", "echo x"]
+    with pytest.raises(ValueError, match="no command"):
+        spec.command_line({"name": "c"}, {})
+
+
+def test_secret_and_config_map_files_and_modes() -> None:
+    secret = {"data": {k: base64.b64encode(v.encode()).decode() for k, v in {"a": "1"}.items()}}
+    files = spec.secret_files(secret, {"secretName": "s", "defaultMode": 0o600})
+    assert files == [spec.VolumeFile("a", b"1", 0o600)]
+    config_map = {"data": {"hostfile": "h slots=1", "run.sh": "echo"}}
+    source = {
+        "name": "c",
+        "items": [
+            {"key": "hostfile", "path": "hostfile"},
+            {"key": "run.sh", "path": "bin/run.sh", "mode": 0o755},
+        ],
+    }
+    assert spec.config_map_files(config_map, source) == [
+        spec.VolumeFile("hostfile", b"h slots=1", 0o644),
+        spec.VolumeFile("bin/run.sh", b"echo", 0o755),
+    ]
+    assert spec.secret_files(None, {"secretName": "s", "optional": True}) == []
+    with pytest.raises(ValueError, match="not found"):
+        spec.config_map_files(None, {"name": "c"})
+
+
+def test_hosts_and_resolv_conf_like_a_kubelet() -> None:
+    hosts = spec.hosts_file(POD, "10.250.0.7")
+    assert "10.250.0.7\tjob-worker-0.job-worker.ns.svc.cluster.local\tjob-worker-0\n" in hosts
+    assert spec.resolv_conf("ns", "10.250.0.1") == (
+        "nameserver 10.250.0.1\nsearch ns.svc.cluster.local svc.cluster.local cluster.local\n"
+        "options ndots:5\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "codes", "phase"),
+    [
+        ("Never", [0, 0], "Succeeded"),
+        ("Never", [0, 3], "Failed"),
+        ("OnFailure", [0, 3], "Running"),
+        ("Always", [0, 0], "Succeeded"),
+        ("Never", [None, 0], "Running"),
+    ],
+)
+def test_pod_phase(policy: str, codes: list[int | None], phase: str) -> None:
+    states = []
+    for i, code in enumerate(codes):
+        state = ContainerState(name=f"c{i}", started_at="t")
+        state.state = "running" if code is None else "terminated"
+        state.exit_code = code
+        states.append(state)
+    assert spec.pod_phase(policy, True, False, states) == phase
+
+
+def test_pod_phase_before_and_after_init() -> None:
+    waiting = [ContainerState(name="c")]
+    assert spec.pod_phase("Never", False, False, waiting) == "Pending"
+    assert spec.pod_phase("Never", False, True, waiting) == "Failed"
+    assert spec.pod_phase("OnFailure", False, True, waiting) == "Pending"
+
+
+def test_exit_codes_and_log_tail() -> None:
+    assert spec.exit_code_of(-9) == 137
+    assert spec.exit_code_of(3) == 3
+    log = b"".join(f"line {i}\n".encode() for i in range(200))
+    tail = spec.log_tail(log)
+    assert tail.endswith("line 199\n")
+    assert tail.startswith("line 120\n")
+
+
+def test_agent_without_privileges_stops_at_start_with_cause_and_fix(tmp_path: Path) -> None:
+    """No CAP_SYS_ADMIN/CAP_NET_ADMIN (setpriv drops them): a clear error, nothing left."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    proc = subprocess.run(
+        [
+            "setpriv",
+            "--bounding-set",
+            "-sys_admin,-net_admin",
+            str(PYTHON),
+            str(AGENT),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "run",
+            "--kubeconfig",
+            str(tmp_path / "unused"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "CAP_SYS_ADMIN" in proc.stderr and "Fix:" in proc.stderr, proc.stderr
+    assert not list_netns(netns_prefix(tmp_path / "state"))
