@@ -1,0 +1,1 @@
+"""Benchmarks of horovod-operator against kubeflow/mpi-operator (see bench/run.py)."""
