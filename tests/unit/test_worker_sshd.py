@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testsupport import skip_unless_ci
 
 from horovod_worker import contract
 from horovod_worker.sshd import (
@@ -137,11 +138,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.skipif(
-    not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None,
-    reason="openssh-server/openssh-client not installed (apt-get install openssh-server)",
-)
 def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path):
+    if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
+        skip_unless_ci(
+            "openssh-server/openssh-client not installed (apt-get install openssh-server)"
+        )
     secret = make_secret(tmp_path / "secret")
     private = tmp_path / "private"
     port = free_port()
