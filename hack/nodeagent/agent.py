@@ -59,6 +59,12 @@ class Agent:
         self.path = (
             f"{opts.path_prefix}:{spec.DEFAULT_PATH}" if opts.path_prefix else (spec.DEFAULT_PATH)
         )
+        # Host paths every pod must see: its own state (volume sources) and the
+        # programs standing in for the image. A pod-private directory never hides them.
+        self.shared_paths = [
+            self.state,
+            *(Path(p).resolve() for p in (opts.path_prefix or "").split(":") if p),
+        ]
         self.allocatable = {
             "cpu": opts.cpu,
             "memory": opts.memory,

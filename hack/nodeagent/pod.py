@@ -329,6 +329,9 @@ class PodRunner(threading.Thread):
         # known_hosts and temporary files never touch the host's or another pod's.
         # (Not all of HOME: the host's Python may live there, e.g. ~/.pyenv.)
         for name, target, mode in PRIVATE_DIRS:
+            if any(path.is_relative_to(target) for path in self.agent.shared_paths):
+                # e.g. a checkout under /tmp: a private /tmp would hide the venv.
+                continue
             private = self.dir / name
             private.mkdir(exist_ok=True)
             private.chmod(mode)
