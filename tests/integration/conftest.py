@@ -55,6 +55,21 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40].strip("-")
 
 
+@pytest.fixture(scope="session")
+def crd(cluster: KubeCluster) -> None:
+    """The HorovodJob CRD from crds/, established."""
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        str(REPO / "crds" / "horovod.ai_horovodjobs.yaml"),
+    )
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
+    )
+
+
 @pytest.fixture
 def namespace(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace for one test, with its default ServiceAccount in place."""

@@ -63,20 +63,6 @@ def _ensure_namespace(cluster: KubeCluster, name: str) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def crd(cluster: KubeCluster) -> None:
-    cluster.kubectl(
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        str(REPO / "crds" / "horovod.ai_horovodjobs.yaml"),
-    )
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
-
-
 def test_lint_and_template_pass_a_server_side_dry_run(cluster: KubeCluster, namespace: str) -> None:
     cluster.helm("lint", "--strict", CHART)
     cluster.helm("lint", "--strict", CHART, "-f", CUSTOM_VALUES)

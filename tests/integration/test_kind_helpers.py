@@ -19,20 +19,6 @@ import kind_e2e  # noqa: E402
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
-@pytest.fixture(scope="module")
-def crd(cluster: KubeCluster) -> None:
-    cluster.kubectl(
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        str(REPO / "crds" / "horovod.ai_horovodjobs.yaml"),
-    )
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
-
-
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_cpu_variant_of_every_example_is_accepted_by_the_server(
     cluster: KubeCluster, namespace: str, crd: None, example: Path

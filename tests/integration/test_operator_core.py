@@ -24,7 +24,6 @@ import yaml
 from clusterlib import KubeCluster
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = REPO / "crds" / "horovod.ai_horovodjobs.yaml"
 T = TypeVar("T")
 
 
@@ -105,14 +104,6 @@ class Operator:
             f"timed out after {timeout}s waiting for {message}; last value: {last!r}\n"
             f"--- operator log ---\n{self.log_tail()}"
         )
-
-
-@pytest.fixture(scope="session")
-def crd(cluster: KubeCluster) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
 
 
 @pytest.fixture
