@@ -44,10 +44,8 @@ crd:  ## regenerate crds/, the chart's CRD and docs/api.md from the models
 
 bench:  ## our operator against kubeflow/mpi-operator (about 25 min on 2 cores); docs/benchmarks
 	SKIP_WORKER=1 hack/bootstrap.sh
-	.venv/bin/pip install -q -e '.[bench]'
 	.venv/bin/python -m bench
 
 bench-quick:  ## one small case of each kind; asserts nothing about speed
 	SKIP_WORKER=1 hack/bootstrap.sh
-	.venv/bin/pip install -q -e '.[bench]'
 	.venv/bin/python -m bench --quick

@@ -37,9 +37,9 @@ if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
   "$py" -m venv .venv
 fi
-say "installing the operator and dev tools into .venv"
+say "installing the operator, dev and benchmark tools into .venv"
 .venv/bin/pip install -q --upgrade pip >/dev/null
-.venv/bin/pip install -q -e '.[operator,dev]'
+.venv/bin/pip install -q -e '.[operator,dev,bench]'
 
 say "building the local control plane (cached after the first run)"
 hack/cluster.sh build
