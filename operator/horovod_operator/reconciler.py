@@ -66,6 +66,10 @@ Index = Mapping[Key, Collection[Obj]]
 # before the watch shows it; after that the index is believed again.
 PENDING_WRITE_TTL: Final = 30.0
 MAX_RETRY_DELAY: Final = 60.0
+# A change of the worker counters alone (ready/running...) is written at most this
+# often per job: while hundreds of pods start, every batch would otherwise cost a
+# status patch, and in a burst those patches are what the client QPS limit spends.
+COUNTERS_INTERVAL: Final = 1.0
 _EVENT_PHASES: Final = frozenset({"Running", "Restarting", "Suspended", "Succeeded", "Failed"})
 
 
@@ -87,7 +91,7 @@ class Reconciler:
     def __init__(
         self,
         kube: Kube,
-        batch_window: float = 0.2,
+        batch_window: float = 0.05,
         clock: Callable[[], datetime] = now_utc,
         default_image: str | None = None,
     ) -> None:
@@ -105,6 +109,8 @@ class Reconciler:
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self._counter_timers: dict[Key, asyncio.TimerHandle] = {}
+        self._last_write: dict[Key, float] = {}
         self._errors: dict[Key, int] = {}
 
     # --- triggering ----------------------------------------------------------------------
@@ -157,6 +163,9 @@ class Reconciler:
     async def shutdown(self) -> None:
         for key in list(self._timers):
             self._cancel_timer(key)
+        for timer in self._counter_timers.values():
+            timer.cancel()
+        self._counter_timers.clear()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -164,7 +173,17 @@ class Reconciler:
 
     def _forget(self, key: Key) -> None:
         self._cancel_timer(key)
-        for store in (self._patched, self._creating, self._deleting, self._ensured, self._errors):
+        counter_timer = self._counter_timers.pop(key, None)
+        if counter_timer is not None:
+            counter_timer.cancel()
+        for store in (
+            self._patched,
+            self._creating,
+            self._deleting,
+            self._ensured,
+            self._errors,
+            self._last_write,
+        ):
             store.pop(key, None)
 
     # --- observing -----------------------------------------------------------------------
@@ -249,7 +268,10 @@ class Reconciler:
         """Patch the status when it changed; the body to act on, None on a conflict."""
         old = body.get("status") or {}
         new = status_body(status)
-        if new == normalize_status(old):
+        stored = normalize_status(old)
+        if new == stored:
+            return body
+        if self._defer_counters(key, new, stored):
             return body
         patch: dict[str, Any] = {k: None for k in old if k not in new}
         patch.update(new)
@@ -270,8 +292,30 @@ class Reconciler:
                 self.trigger(key)
             return None
         self._patched[key] = written
+        self._last_write[key] = time.monotonic()
         await self._announce(written, old, status, now)
         return written
+
+    def _defer_counters(self, key: Key, new: Obj, stored: Obj) -> bool:
+        """True when only the worker counters changed and the last write is too recent;
+        a reconcile is then scheduled for when the counters may be written."""
+        if {k: v for k, v in new.items() if k != "workers"} != {
+            k: v for k, v in stored.items() if k != "workers"
+        }:
+            return False
+        wait = self._last_write.get(key, -COUNTERS_INTERVAL) + COUNTERS_INTERVAL
+        wait -= time.monotonic()
+        if wait <= 0:
+            return False
+        if key not in self._counter_timers:
+            loop = asyncio.get_running_loop()
+
+            def fire() -> None:
+                self._counter_timers.pop(key, None)
+                self.trigger(key)
+
+            self._counter_timers[key] = loop.call_later(wait, fire)
+        return True
 
     async def _announce(self, body: Obj, old: Obj, status: HorovodJobStatus, now: datetime) -> None:
         """Metrics for each phase transition, and an Event for each that users act on.

@@ -21,7 +21,7 @@ class OperatorConfig:
     qps: float = 50.0
     burst: int = 100
     api_threads: int = 16
-    batch_window: float = 0.2
+    batch_window: float = 0.05
     peering: str | None = None  # a kopf peering name; None runs standalone
     default_image: str | None = None  # for HorovodJobs that leave spec.image empty
     extra: Mapping[str, str] = field(default_factory=dict)
