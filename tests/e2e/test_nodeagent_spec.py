@@ -14,6 +14,7 @@ from nodeagent import spec
 from nodeagent.agent import netns_prefix
 from nodeagent.netns import list_netns
 from nodeagent.spec import ContainerState
+from testsupport import skip_unless_ci
 
 POD: dict[str, Any] = {
     "metadata": {"name": "w-0", "namespace": "ns", "uid": "u1", "labels": {"app": "a"}},
@@ -163,7 +164,7 @@ def test_exit_codes_and_log_tail() -> None:
 def test_agent_without_privileges_stops_at_start_with_cause_and_fix(tmp_path: Path) -> None:
     """No CAP_SYS_ADMIN/CAP_NET_ADMIN (setpriv drops them): a clear error, nothing left."""
     if shutil.which("setpriv") is None:
-        pytest.skip("setpriv (util-linux) is not installed")
+        skip_unless_ci("setpriv (util-linux) is not installed")
     proc = subprocess.run(
         [
             "setpriv",

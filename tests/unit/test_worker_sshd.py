@@ -28,7 +28,7 @@ from horovod_worker.sshd import (
 def make_secret(directory: Path) -> Path:
     """A directory shaped like the mounted <job>-ssh Secret (group-readable files)."""
     if shutil.which("ssh-keygen") is None:
-        pytest.skip("ssh-keygen not installed (apt-get install openssh-client)")
+        skip_unless_ci("ssh-keygen not installed (apt-get install openssh-client)")
     directory.mkdir(parents=True, exist_ok=True)
     key = directory / contract.SSH_PRIVATE_KEY
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)

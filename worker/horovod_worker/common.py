@@ -169,6 +169,47 @@ class EpochMetrics:
         )
 
 
+def run_summary(
+    *,
+    framework: str,
+    mode: str,
+    dataset: str,
+    size: int,
+    config: TrainConfig,
+    start_epoch: int,
+    resumed_from: Any,
+    history: list[EpochMetrics],
+    test_loss: Any,
+    test_accuracy: Any,
+    per_rank: list[Mapping[str, Any]],
+    param_sq_norm: float,
+) -> dict[str, Any]:
+    """The HVJOB_RESULT summary both trainers print on rank 0."""
+    return {
+        "framework": framework,
+        "mode": mode,
+        "dataset": dataset,
+        "size": size,
+        "epochs": config.epochs,
+        "start_epoch": start_epoch,
+        "resumed_from": resumed_from,
+        "global_batch_size": config.batch_size * size,
+        "final_loss": history[-1].train_loss if history else None,
+        "test_loss": test_loss,
+        "test_accuracy": test_accuracy,
+        "samples_per_sec": (
+            sum(m.samples_per_sec for m in history) / len(history) if history else None
+        ),
+        "history": [m.__dict__ for m in history],
+        "hostnames": [r["hostname"] for r in per_rank],
+        "local_ranks": [r["local_rank"] for r in per_rank],
+        "devices": [r["device"] for r in per_rank],
+        "initial_checksums": [r["initial_checksum"] for r in per_rank],
+        "param_checksums": [r["checksum"] for r in per_rank],
+        "param_sq_norm": param_sq_norm,
+    }
+
+
 def result_line(result: Mapping[str, Any]) -> str:
     return f"{contract.RESULT_PREFIX} {json.dumps(result, sort_keys=True)}"
 

@@ -39,6 +39,7 @@ from horovod_worker.common import (
     log,
     rank_line,
     result_line,
+    run_summary,
 )
 from horovod_worker.data import DataError, Dataset, eval_shard, load
 from horovod_worker.devices import DeviceChoice, DeviceError, select_device
@@ -300,30 +301,21 @@ def run(config: TrainConfig) -> dict[str, Any]:
         name="rank_summary",
     )
     weights = [np.asarray(w, dtype=np.float64) for w in model.trainable_weights]
-    result: dict[str, Any] = {
-        "framework": "tensorflow",
-        "mode": config.mode,
-        "keras_version": keras_version(),
-        "dataset": dataset.name,
-        "size": size,
-        "epochs": config.epochs,
-        "start_epoch": start_epoch,
-        "resumed_from": resumed_from,
-        "global_batch_size": config.batch_size * size,
-        "final_loss": history[-1].train_loss if history else None,
-        "test_loss": test_loss,
-        "test_accuracy": test_accuracy,
-        "samples_per_sec": (
-            sum(m.samples_per_sec for m in history) / len(history) if history else None
-        ),
-        "history": [m.__dict__ for m in history],
-        "hostnames": [r["hostname"] for r in per_rank],
-        "local_ranks": [r["local_rank"] for r in per_rank],
-        "devices": [r["device"] for r in per_rank],
-        "initial_checksums": [r["initial_checksum"] for r in per_rank],
-        "param_checksums": [r["checksum"] for r in per_rank],
-        "param_sq_norm": float(sum(np.sum(w * w) for w in weights)),
-    }
+    result = run_summary(
+        framework="tensorflow",
+        mode=config.mode,
+        dataset=dataset.name,
+        size=size,
+        config=config,
+        start_epoch=start_epoch,
+        resumed_from=resumed_from,
+        history=history,
+        test_loss=test_loss,
+        test_accuracy=test_accuracy,
+        per_rank=per_rank,
+        param_sq_norm=float(sum(np.sum(w * w) for w in weights)),
+    )
+    result["keras_version"] = keras_version()
     if rank == 0:
         print(result_line(result), flush=True)
     return result
