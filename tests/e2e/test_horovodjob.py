@@ -23,6 +23,9 @@ import yaml
 from clusterlib import KubeCluster, wait_for
 from e2elib import LOCAL_PLACEMENT, PYTHON, REPO, Agent, alive
 
+from horovod_worker.common import parse_result
+from horovod_worker.rank_output import split_by_rank
+
 ACCURACY_BAR = 0.90
 RANK_LINE = re.compile(
     r"HVJOB_RANK rank=(\d+) size=(\d+) local_rank=(\d+) local_size=(\d+) hostname=(\S+)"
@@ -117,7 +120,10 @@ def wait_finished(cluster: KubeCluster, namespace: str, name: str, timeout: floa
 
 def ranks(launcher_log: str) -> list[dict[str, Any]]:
     out = []
-    for m in RANK_LINE.finditer(launcher_log):
+    for _, line in split_by_rank(launcher_log):
+        m = RANK_LINE.search(line)
+        if m is None:
+            continue
         rank, size, local_rank, local_size, host = m.groups()
         out.append(
             {
@@ -132,9 +138,10 @@ def ranks(launcher_log: str) -> list[dict[str, Any]]:
 
 
 def result(launcher_log: str) -> dict[str, Any]:
-    lines = [line for line in launcher_log.splitlines() if "HVJOB_RESULT " in line]
-    assert lines, f"no HVJOB_RESULT line in the launcher's log:\n{launcher_log[-3000:]}"
-    return dict(json.loads(lines[-1].split("HVJOB_RESULT ", 1)[1]))
+    try:
+        return parse_result(launcher_log)
+    except ValueError as exc:
+        raise AssertionError(f"{exc}; the launcher's log:\n{launcher_log[-3000:]}") from None
 
 
 def _describe(cluster: KubeCluster, agent: Agent, namespace: str, name: str) -> str:

@@ -2,7 +2,6 @@
 
 import importlib.util
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -10,13 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from horovod_worker.common import parse_result
+from horovod_worker.rank_output import rank_lines
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 HOROVODRUN = Path(sys.executable).parent / "horovodrun"
-# Lines a rank printed: horovodrun --gloo tags them "[rank]<stdout>:",
-# Open MPI's --tag-output "[1,rank]<stdout>:".
-RANK_TAG = re.compile(r"^.*?\[(?:\d+,)?(?P<rank>\d+)\]<(?P<stream>stdout|stderr)>:(?P<line>.*)$")
 
 
 def horovod_missing() -> str | None:
@@ -33,12 +30,7 @@ class Run:
     output: str
 
     def rank_lines(self, rank: int) -> list[str]:
-        lines = []
-        for raw in self.output.splitlines():
-            match = RANK_TAG.match(raw)
-            if match and int(match["rank"]) == rank:
-                lines.append(match["line"])
-        return lines
+        return rank_lines(self.output, rank)
 
     def result(self) -> dict[str, Any]:
         return parse_result(self.output)

@@ -25,6 +25,7 @@ from horovod_worker.data import (
     read_idx,
     write_idx,
 )
+from horovod_worker.rank_output import rank_lines, split_by_rank
 
 
 def write_mnist(directory, train=12, test=5, gz=False):
@@ -183,3 +184,26 @@ def test_agree_on_error_stops_every_rank_with_the_first_error():
     # differ between a rank with an error (str) and one without (NoneType): a hang.
     assert hvd.names == ["agree_on_error"]
     agree_on_error(FakeHorovod([None, None]), None)
+
+
+def test_rank_lines_survive_open_mpi_cutting_lines_between_chunks():
+    # As seen in CI: rank 0's start line ends in a later chunk, after rank 1's.
+    output = (
+        "WARNING: untagged launcher text\n"
+        "[1,0]<stdout>:HVJOB_RANK rank=0 device=cpu[1,1]<stdout>:HVJOB_RANK rank=1 device=cpu"
+        "[1,0]<stdout>:\n"
+        "[1,0]<stdout>:epoch 1/1[1,1]<stdout>:\n"
+        "[1,1]<stderr>:warn\n"
+        "noise[1,0]<stdout>: done\n"
+    )
+    assert rank_lines(output, 0) == ["HVJOB_RANK rank=0 device=cpu", "epoch 1/1 done"]
+    assert rank_lines(output, 1) == ["HVJOB_RANK rank=1 device=cpu", "warn"]
+    untagged = [line for owner, line in split_by_rank(output) if owner is None]
+    assert untagged == ["WARNING: untagged launcher text", "noise"]
+    assert rank_lines("[0]<stdout>:gloo line\n[1]<stdout>:other\n", 0) == ["gloo line"]
+
+
+def test_result_line_found_when_another_rank_cuts_it():
+    line = result_line({"framework": "pytorch", "size": 2})
+    output = f"[1,0]<stdout>:{line[:30]}[1,1]<stdout>:rank 1 noise\n[1,0]<stdout>:{line[30:]}\n"
+    assert parse_result(output) == {"framework": "pytorch", "size": 2}

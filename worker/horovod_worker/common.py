@@ -8,7 +8,6 @@ Nothing here imports a framework. Horovod is passed in as ``hvd`` (the
 import hashlib
 import json
 import os
-import re
 import socket
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from horovod_worker import contract
+from horovod_worker.rank_output import split_by_rank
 
 
 class WorkerError(RuntimeError):
@@ -214,18 +214,13 @@ def result_line(result: Mapping[str, Any]) -> str:
     return f"{contract.RESULT_PREFIX} {json.dumps(result, sort_keys=True)}"
 
 
-# Launchers tag each chunk of a rank's output: horovodrun --gloo "[0]<stdout>:",
-# Open MPI "[1,0]<stdout>:"; Open MPI also tags chunks in the middle of long lines.
-_RANK_TAG = re.compile(r"\[\d+(?:,\d+)?\]<std(?:out|err)>:")
-
-
 def parse_result(output: str) -> dict[str, Any]:
     """The last result line in some output, whatever launcher tags it carries."""
     marker = f"{contract.RESULT_PREFIX} "
-    for line in reversed(output.splitlines()):
+    for _, line in reversed(split_by_rank(output)):
         at = line.find(marker)
         if at >= 0:
-            text = _RANK_TAG.sub("", line[at + len(marker) :])
+            text = line[at + len(marker) :]
             parsed, _ = json.JSONDecoder().raw_decode(text)
             if not isinstance(parsed, dict):
                 raise ValueError(f"{contract.RESULT_PREFIX} is not a JSON object: {text[:80]}")
