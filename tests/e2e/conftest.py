@@ -10,12 +10,10 @@ nodes, `local-0` and `local-1`, tainted so that only pods made by `local_pod`
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,8 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "hack"))
 
-import cluster as localcluster  # noqa: E402  (hack/cluster.py)
-from clusterlib import KubeCluster, wait_for  # noqa: E402
+from clusterlib import KubeCluster, fresh_namespace, session_cluster  # noqa: E402
 from e2elib import AGENT, PYTHON, Agent  # noqa: E402
 
 
@@ -38,28 +35,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[KubeCluster]:
-    reuse = os.environ.get("HVK_E2E_REUSE")
-    if reuse:
-        impl = localcluster.Cluster(localcluster.Layout.load(Path(reuse)))
-        if not impl.status()["apiserver_ready"]:
-            pytest.fail(f"HVK_E2E_REUSE={reuse}: no ready cluster there (hack/cluster.sh up)")
-        yield KubeCluster(impl)
-        return
-    layout = localcluster.Layout(
-        root=Path(os.environ.get("HVK_E2E_DIR", REPO / ".work" / "e2e-cluster")),
-        port_base=int(os.environ.get("HVK_E2E_PORT_BASE", 17500)),
-    )
-    impl = localcluster.Cluster(layout)
-    impl.down(quiet=True)
-    localcluster.build()
-    try:
-        impl.up()
-    except localcluster.ClusterError as exc:
-        pytest.fail(f"the local control plane did not start: {exc}")
-    try:
-        yield KubeCluster(impl)
-    finally:
-        impl.down(quiet=True)
+    with session_cluster("HVK_E2E", REPO / ".work" / "e2e-cluster", 17500) as started:
+        yield started
 
 
 @pytest.fixture(scope="session")
@@ -115,21 +92,10 @@ def agent(cluster: KubeCluster) -> Iterator[Agent]:
         assert not leftover, f"the agent left network namespaces behind: {leftover}"
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40].strip("-")
-
-
 @pytest.fixture
 def namespace(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = f"{_slug(request.node.name)}-{uuid.uuid4().hex[:5]}"
-    cluster.kubectl("create", "namespace", name)
-    wait_for(
-        lambda: cluster.exists("serviceaccount", "default", name),
-        30,
-        message=f"serviceaccount default in {name}",
-    )
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    with fresh_namespace(cluster, request.node.name) as name:
+        yield name
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -137,5 +103,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()
     funcargs = getattr(item, "funcargs", {})
-    if report.failed and isinstance(funcargs.get("agent"), Agent):
+    if not report.failed:
+        return
+    if isinstance(funcargs.get("agent"), Agent):
         report.sections.append(("node agent log (last lines)", funcargs["agent"].log_tail()))
+    if isinstance(funcargs.get("cluster"), KubeCluster):
+        report.sections.append(("control plane logs (last lines)", funcargs["cluster"].log_tails()))

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import cluster as localcluster
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -131,3 +135,53 @@ def wait_for(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}; last value: {last!r}")
+
+
+@contextmanager
+def session_cluster(env_prefix: str, default_dir: Path, default_port: int) -> Iterator[KubeCluster]:
+    """A local control plane for one test session, torn down even when tests fail.
+
+    <prefix>_REUSE=<state dir> uses one started with `hack/cluster.sh up` (and
+    leaves it running); otherwise one is started in <prefix>_DIR on the ports from
+    <prefix>_PORT_BASE, so a demo cluster can keep running beside it.
+    """
+    reuse = os.environ.get(f"{env_prefix}_REUSE")
+    if reuse:
+        impl = localcluster.Cluster(localcluster.Layout.load(Path(reuse)))
+        if not impl.status()["apiserver_ready"]:
+            pytest.fail(f"{env_prefix}_REUSE={reuse}: no ready cluster there (hack/cluster.sh up)")
+        yield KubeCluster(impl)
+        return
+    layout = localcluster.Layout(
+        root=Path(os.environ.get(f"{env_prefix}_DIR", default_dir)),
+        port_base=int(os.environ.get(f"{env_prefix}_PORT_BASE", default_port)),
+    )
+    impl = localcluster.Cluster(layout)
+    impl.down(quiet=True)  # what a crashed earlier run left
+    localcluster.build()
+    try:
+        impl.up()
+    except localcluster.ClusterError as exc:
+        pytest.fail(f"the local control plane did not start: {exc}")
+    try:
+        yield KubeCluster(impl)
+    finally:
+        impl.down(quiet=True)
+
+
+@contextmanager
+def fresh_namespace(cluster: KubeCluster, test_name: str) -> Iterator[str]:
+    """A namespace named after the test, with its default ServiceAccount in place."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    name = f"{slug}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    # Pods are refused until the ServiceAccount controller made "default".
+    wait_for(
+        lambda: cluster.exists("serviceaccount", "default", name),
+        30,
+        message=f"serviceaccount default in {name}",
+    )
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

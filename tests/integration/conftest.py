@@ -11,48 +11,19 @@ the fixture starts.
 
 from __future__ import annotations
 
-import os
-import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import cluster as localcluster
 import pytest
-from clusterlib import KubeCluster, wait_for
+from clusterlib import KubeCluster, fresh_namespace, session_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[KubeCluster]:
-    reuse = os.environ.get("HVK_TEST_REUSE")
-    if reuse:
-        layout = localcluster.Layout.load(Path(reuse))
-        impl = localcluster.Cluster(layout)
-        if not impl.status()["apiserver_ready"]:
-            pytest.fail(f"HVK_TEST_REUSE={reuse}: no ready cluster there (hack/cluster.sh up)")
-        yield KubeCluster(impl)
-        return
-    layout = localcluster.Layout(
-        root=Path(os.environ.get("HVK_TEST_DIR", REPO / ".work" / "test-cluster")),
-        port_base=int(os.environ.get("HVK_TEST_PORT_BASE", 17400)),
-    )
-    impl = localcluster.Cluster(layout)
-    impl.down(quiet=True)  # what a crashed earlier run left
-    localcluster.build()
-    try:
-        impl.up()
-    except localcluster.ClusterError as exc:
-        pytest.fail(f"the local control plane did not start: {exc}")
-    try:
-        yield KubeCluster(impl)
-    finally:
-        impl.down(quiet=True)
-
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40].strip("-")
+    with session_cluster("HVK_TEST", REPO / ".work" / "test-cluster", 17400) as started:
+        yield started
 
 
 @pytest.fixture(scope="session")
@@ -72,17 +43,9 @@ def crd(cluster: KubeCluster) -> None:
 
 @pytest.fixture
 def namespace(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace for one test, with its default ServiceAccount in place."""
-    name = f"{_slug(request.node.name)}-{uuid.uuid4().hex[:5]}"
-    cluster.kubectl("create", "namespace", name)
-    # Pods are refused until the ServiceAccount controller made "default".
-    wait_for(
-        lambda: cluster.exists("serviceaccount", "default", name),
-        30,
-        message=f"serviceaccount default in {name}",
-    )
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    """A fresh namespace for one test."""
+    with fresh_namespace(cluster, request.node.name) as name:
+        yield name
 
 
 @pytest.hookimpl(hookwrapper=True)
