@@ -52,6 +52,7 @@ from .status import (
     now_utc,
     parse_time,
     pod_phase,
+    progress_only,
     role_of,
     status_body,
 )
@@ -66,10 +67,12 @@ Index = Mapping[Key, Collection[Obj]]
 # before the watch shows it; after that the index is believed again.
 PENDING_WRITE_TTL: Final = 30.0
 MAX_RETRY_DELAY: Final = 60.0
-# A change of the worker counters alone (ready/running...) is written at most this
-# often per job: while hundreds of pods start, every batch would otherwise cost a
-# status patch, and in a burst those patches are what the client QPS limit spends.
-COUNTERS_INTERVAL: Final = 1.0
+# A change of progress alone (worker counters, Pending -> Starting, the launcher
+# created: status.progress_only) is written at most this often per job: while
+# hundreds of pods start, every batch would otherwise cost a status patch, in a
+# burst those patches are what the client QPS limit spends, and for a small job
+# the next write (Running) usually comes first and carries it.
+PROGRESS_INTERVAL: Final = 1.0
 _EVENT_PHASES: Final = frozenset({"Running", "Restarting", "Suspended", "Succeeded", "Failed"})
 
 
@@ -109,7 +112,7 @@ class Reconciler:
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
-        self._counter_timers: dict[Key, asyncio.TimerHandle] = {}
+        self._progress_timers: dict[Key, asyncio.TimerHandle] = {}
         self._last_write: dict[Key, float] = {}
         self._errors: dict[Key, int] = {}
 
@@ -163,9 +166,9 @@ class Reconciler:
     async def shutdown(self) -> None:
         for key in list(self._timers):
             self._cancel_timer(key)
-        for timer in self._counter_timers.values():
+        for timer in self._progress_timers.values():
             timer.cancel()
-        self._counter_timers.clear()
+        self._progress_timers.clear()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -173,9 +176,9 @@ class Reconciler:
 
     def _forget(self, key: Key) -> None:
         self._cancel_timer(key)
-        counter_timer = self._counter_timers.pop(key, None)
-        if counter_timer is not None:
-            counter_timer.cancel()
+        progress_timer = self._progress_timers.pop(key, None)
+        if progress_timer is not None:
+            progress_timer.cancel()
         for store in (
             self._patched,
             self._creating,
@@ -271,7 +274,7 @@ class Reconciler:
         stored = normalize_status(old)
         if new == stored:
             return body
-        if self._defer_counters(key, new, stored):
+        if self._defer_progress(key, new, stored):
             return body
         patch: dict[str, Any] = {k: None for k in old if k not in new}
         patch.update(new)
@@ -296,33 +299,31 @@ class Reconciler:
         await self._announce(written, old, status, now)
         return written
 
-    def _defer_counters(self, key: Key, new: Obj, stored: Obj) -> bool:
-        """True when only the worker counters changed and the last write is too recent;
-        a reconcile is then scheduled for when the counters may be written."""
-        if {k: v for k, v in new.items() if k != "workers"} != {
-            k: v for k, v in stored.items() if k != "workers"
-        }:
+    def _defer_progress(self, key: Key, new: Obj, stored: Obj) -> bool:
+        """True when only progress changed and the last write is too recent; a
+        reconcile is then scheduled for when the progress may be written."""
+        if not progress_only(stored, new):
             return False
-        wait = self._last_write.get(key, -COUNTERS_INTERVAL) + COUNTERS_INTERVAL
+        wait = self._last_write.get(key, -PROGRESS_INTERVAL) + PROGRESS_INTERVAL
         wait -= time.monotonic()
         if wait <= 0:
             return False
-        if key not in self._counter_timers:
+        if key not in self._progress_timers:
             loop = asyncio.get_running_loop()
 
             def fire() -> None:
-                self._counter_timers.pop(key, None)
+                self._progress_timers.pop(key, None)
                 self.trigger(key)
 
-            self._counter_timers[key] = loop.call_later(wait, fire)
+            self._progress_timers[key] = loop.call_later(wait, fire)
         return True
 
     async def _announce(self, body: Obj, old: Obj, status: HorovodJobStatus, now: datetime) -> None:
         """Metrics for each phase transition, and an Event for each that users act on.
 
-        Pending and Starting get no Event (the status shows them): the writes
-        of a job's creation stay at workers + 5 (status, Secret, ConfigMap,
-        Service, workers, status, launcher).
+        Pending and Starting get no Event (the status shows them), which keeps a
+        job's start at workers + 4 creates (Secret, ConfigMap, Service, workers,
+        launcher Job), a status patch or two and the Running Event.
         """
         before, after = old.get("phase"), status.phase
         if before == after or after is None:

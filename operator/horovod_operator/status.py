@@ -499,6 +499,39 @@ def all_workers_ready(status: HorovodJobStatus) -> bool:
     return counts is not None and counts.replicas > 0 and counts.ready == counts.replicas
 
 
+# How far a start has got: worker counters, the launcher's own phase, Pending ->
+# Starting and the Created condition. The reconciler may hold a change of these
+# alone for a moment, since a later change (Running, a failure) often supersedes it.
+PROGRESS_PHASES: Final = frozenset({"Pending", "Starting"})
+_PROGRESS_KEYS: Final = frozenset({"workers", "launcher", "phase", "conditions"})
+
+
+def progress_only(stored: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when two status bodies (as status_body makes them) differ only in progress.
+
+    A first status (nothing stored) and every change of phase other than Pending
+    <-> Starting, of any condition but Created, of restarts, failures or times are
+    not progress: users and the operator's own next step wait for those.
+    """
+    if not stored:
+        return False
+    phases = {stored.get("phase"), new.get("phase")}
+    if len(phases) > 1 and not phases <= PROGRESS_PHASES:
+        return False
+    for key in set(stored) | set(new):
+        if stored.get(key) == new.get(key):
+            continue
+        if key not in _PROGRESS_KEYS:
+            return False
+        if key == "conditions" and _other_conditions(stored) != _other_conditions(new):
+            return False
+    return True
+
+
+def _other_conditions(status: Mapping[str, Any]) -> list[Any]:
+    return [c for c in status.get("conditions") or () if c.get("type") != CREATED]
+
+
 def status_body(status: HorovodJobStatus) -> dict[str, Any]:
     """The status as the API stores it (camelCase, no nulls)."""
     return status.model_dump(by_alias=True, exclude_none=True, mode="json")

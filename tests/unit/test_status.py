@@ -10,6 +10,7 @@ from horovod_operator.status import (
     compute_status,
     invalid_spec_status,
     normalize_status,
+    progress_only,
     set_condition,
     stale_children,
     status_body,
@@ -328,3 +329,47 @@ def test_invalid_spec_status() -> None:
         "observedGeneration": 3,
     }
     assert isinstance(HorovodJobStatus.model_validate(status_body(result)), HorovodJobStatus)
+
+
+def test_progress_only_tells_a_start_getting_on_from_a_change_users_wait_for() -> None:
+    # The statuses a 2-worker job passes through, each computed from the one stored.
+    steps = [
+        ("workers created", [worker(0, "Pending", ready=False), worker(1, "Pending", ready=False)]),
+        ("one running", [worker(0, ready=False), worker(1, "Pending", ready=False)]),
+        ("all running", [worker(0, ready=False), worker(1, ready=False)]),
+        ("all ready", [worker(0), worker(1)]),
+        ("launcher pending", [worker(0), worker(1), launcher_pod("Pending")]),
+        ("launcher running", [worker(0), worker(1), launcher_pod()]),
+        ("worker failed", [worker(0), worker(1, "Failed", exit_code=1), launcher_pod()]),
+    ]
+    stored: dict[str, Any] = {}
+    seen: dict[str, bool] = {}
+    for case, pods in steps:
+        ljob = launcher_job() if any("launcher" in p["metadata"]["name"] for p in pods) else None
+        new = status_body(compute_status(make_job(stored or None), pods, ljob, NOW))
+        assert new != stored, case
+        seen[case] = progress_only(stored, new)
+        stored = new
+    assert seen == {
+        "workers created": False,  # the first status is never held back
+        "one running": True,
+        "all running": True,  # Pending -> Starting
+        "all ready": True,
+        "launcher pending": True,
+        "launcher running": False,  # Running
+        "worker failed": False,  # Restarting, with the failure
+    }
+
+
+def test_progress_only_holds_back_no_condition_but_created() -> None:
+    base = status_body(compute_status(make_job(), [worker(0), worker(1)], None, NOW))
+    assert base["phase"] == "Starting"
+    created = [c for c in base["conditions"] if c["type"] == "Created"]
+    assert created, base
+    without_created = {**base, "conditions": [c for c in base["conditions"] if c not in created]}
+    assert progress_only(without_created, base)
+    other = {"type": "Suspended", "status": "False", "reason": "Resumed", "message": "m"}
+    assert not progress_only(base, {**base, "conditions": [*base["conditions"], other]})
+    assert not progress_only(base, {**base, "restarts": 1})
+    assert not progress_only(base, {**base, "phase": "Suspended"})
+    assert not progress_only({**base, "phase": "Restarting"}, {**base, "phase": "Pending"})
