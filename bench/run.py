@@ -54,6 +54,8 @@ DEFAULT_OUT = REPO / "docs" / "benchmarks"
 QUICK_OUT = REPO / ".work" / "bench-quick"
 DEFAULT_DIR = REPO / ".work" / "cluster-bench"
 BENCH_NODE_PREFIX = "bench-gpu-"
+AUDIT_SETTLE_POLL = 1.5  # seconds between two readings of the audit log
+AUDIT_SETTLE_MAX = 30.0
 
 Obj = dict[str, Any]
 
@@ -87,7 +89,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
             "idle_window": 3.0,
             "idle_operators": ["ours", "mpi"],
         }
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]  # "" runs no single job
     return {
         "sizes": sizes,
         "repeats": {
@@ -283,10 +285,19 @@ class Bench:
     def api_counts(self, spec: OperatorSpec, ns: str, offset: int) -> dict[str, Counter[str]]:
         if self.audit_path is None:
             return {}
-        time.sleep(2.5)  # the audit backend flushes its batches every second
-        with self.audit_path.open("rb") as f:
-            f.seek(offset)
-            return audit.count_requests(f, spec.user_agents, [ns])
+        # The audit backend flushes its batches every second, and an operator may
+        # still be sending what its client rate limiter queued (the Events after a
+        # burst's last status patches): count until two readings agree.
+        previous: dict[str, Counter[str]] | None = None
+        deadline = time.monotonic() + AUDIT_SETTLE_MAX
+        while True:
+            time.sleep(AUDIT_SETTLE_POLL)
+            with self.audit_path.open("rb") as f:
+                f.seek(offset)
+                counts = audit.count_requests(f, spec.user_agents, [ns])
+            if counts == previous or time.monotonic() > deadline:
+                return counts
+            previous = counts
 
     # --- scenarios ---------------------------------------------------------------------
 
@@ -408,8 +419,11 @@ class Bench:
                 )
                 running = [(tracker.phase_at(n, "Running") or 0.0) - t0 for n in names]
                 proc_stats = sampler.stop()
+                # Counted while the operator still runs: what its client rate limiter
+                # queued behind the last status patches (the jobs' Running Events) is
+                # part of starting the jobs; stopping it first cut those off.
+                counts = self.api_counts(spec, ns, offset)
             tracker.stop()
-            counts = self.api_counts(spec, ns, offset)
         log(
             f"{spec.key} burst {jobs}x{workers}: all pods {max(per_job_pods):.2f}s, "
             f"all Running {max(running):.2f}s, cpu {proc_stats['cpu_seconds']}s, "

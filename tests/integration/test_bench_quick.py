@@ -1,8 +1,11 @@
 """`python -m bench --quick` end to end against the local control plane.
 
-Asserts only that the harness produces results (numbers for every scenario it
-ran, a table, plots when matplotlib is there); nothing about speed. mpi-operator
-is included when Go can build it and its fixed health port (8080) is free.
+Asserts that the harness produces results (numbers for every scenario it ran,
+a table, plots when matplotlib is there) and counts API requests right, nothing
+about speed. It starts its own control plane, as `make bench` does, because the
+request counts come from the API server's audit log, which the test fixture's
+cluster does not write. mpi-operator is included when Go can build it and its
+fixed health port (8080) is free.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from clusterlib import KubeCluster
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # bench/ is not installed
@@ -23,7 +25,7 @@ from bench import procs  # noqa: E402
 
 
 @pytest.mark.timeout(1800)  # a first run builds mpi-operator (minutes on 2 cores)
-def test_bench_quick(cluster: KubeCluster, tmp_path: Path) -> None:
+def test_bench_quick(tmp_path: Path) -> None:
     operators = ["ours"]
     if shutil.which("go") and procs.port_free(procs.MPI_HEALTH_PORT):
         operators.append("mpi")
@@ -34,10 +36,18 @@ def test_bench_quick(cluster: KubeCluster, tmp_path: Path) -> None:
             "-m",
             "bench",
             "--quick",
-            "--reuse",
-            str(cluster.impl.layout.root),
+            "--dir",
+            str(tmp_path / "cluster"),
+            "--port-base",
+            "18100",  # apart from the test fixtures' clusters and a developer's bench
             "--nodes",
-            "0",  # the fixture's kwok nodes have room for the quick sizes
+            "1",
+            # A low client QPS keeps requests queued in the operator while its jobs turn
+            # Running, as in a real burst: the counts must still include them.
+            "--qps",
+            "5",
+            "--burst",
+            "5",
             "--operators",
             ",".join(operators),
             "--out",
@@ -58,6 +68,15 @@ def test_bench_quick(cluster: KubeCluster, tmp_path: Path) -> None:
         burst = results["burst"][op]
         assert "error" not in burst, burst
         assert burst["all_pods"] > 0 and burst["all_running"] > 0
+        # Every job reached Running, so each created its workers and launcher Job
+        # once; ours also posted one Running Event (an undercount here once meant
+        # the harness stopped the operator before its queued requests went out).
+        per_job = burst["api_per_job"]
+        workers = results["meta"]["plan"]["burst_workers"]
+        assert per_job["create pods"] == workers, per_job
+        assert per_job["create jobs"] == 1, per_job
+        if op == "ours":
+            assert per_job["create events"] == 1, per_job
         idle = results["idle"][op]
         assert "error" not in idle, idle
         assert idle["rss_mb"] > 0
