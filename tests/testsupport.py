@@ -1,6 +1,9 @@
 """Helpers shared by test modules (tests/ is on sys.path through tests/conftest.py)."""
 
 import os
+import signal
+import subprocess
+from typing import Any
 
 import pytest
 
@@ -11,3 +14,15 @@ def skip_unless_ci(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI must have this: {reason}")
     pytest.skip(reason)
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 15) -> None:
+    """SIGTERM a process the tests started, SIGKILL it if it outlives `timeout`."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

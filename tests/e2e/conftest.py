@@ -10,7 +10,6 @@ nodes, `local-0` and `local-1`, tainted so that only pods made by `local_pod`
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ sys.path.insert(0, str(REPO / "hack"))
 
 from clusterlib import KubeCluster, fresh_namespace, session_cluster  # noqa: E402
 from e2elib import AGENT, PYTHON, Agent  # noqa: E402
+from testsupport import stop_process  # noqa: E402
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -83,11 +83,7 @@ def agent(cluster: KubeCluster) -> Iterator[Agent]:
     try:
         yield handle
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=60)
         leftover = handle.netns()
         assert not leftover, f"the agent left network namespaces behind: {leftover}"
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from clusterlib import KubeCluster, wait_for
 from e2elib import LOCAL_PLACEMENT, PYTHON, REPO, Agent, alive
+from testsupport import stop_process
 
 from horovod_worker.common import parse_result
 from horovod_worker.rank_output import split_by_rank
@@ -65,11 +66,7 @@ def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
     try:
         yield log_file
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=30)
 
 
 def example_job(

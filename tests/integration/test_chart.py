@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from clusterlib import KubeCluster, wait_for
+from testsupport import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = str(REPO / "charts" / "horovod-operator")
@@ -306,9 +307,5 @@ def test_operator_from_the_chart_reconciles_as_its_service_account(
         assert proc.poll() is None, log[-3000:]
         assert "Forbidden" not in log and " 403" not in log, log[-3000:]
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         print("--- operator log ---\n" + log_path.read_text(errors="replace")[-4000:])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clusterlib import KubeCluster, wait_for
+from testsupport import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e" / "kind"))
@@ -52,8 +53,7 @@ def operator(cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path) ->
     try:
         yield log
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
+        stop_process(proc)
 
 
 def _wait_cli(

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 from clusterlib import KubeCluster
+from testsupport import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -78,14 +79,8 @@ class Operator:
         self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def log_tail(self, lines: int = 60) -> str:
         if not self.log_path.exists():
