@@ -73,10 +73,10 @@ def test_bench_quick(tmp_path: Path) -> None:
         # the harness stopped the operator before its queued requests went out).
         per_job = burst["api_per_job"]
         workers = results["meta"]["plan"]["burst_workers"]
-        assert per_job["create pods"] == workers, per_job
-        assert per_job["create jobs"] == 1, per_job
+        assert per_job.get("create pods") == workers, per_job
+        assert per_job.get("create jobs") == 1, per_job
         if op == "ours":
-            assert per_job["create events"] == 1, per_job
+            assert per_job.get("create events") == 1, per_job
         idle = results["idle"][op]
         assert "error" not in idle, idle
         assert idle["rss_mb"] > 0
