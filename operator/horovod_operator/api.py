@@ -8,9 +8,16 @@ Validation is split in two, and both halves live here:
 
 * Schema rules (types, ranges, enums, unknown fields) are also in the CRD, so the
   API server rejects them at apply time.
-* Semantic rules (names too long for DNS, slots above GPUs, launch modes that do
-  not exist yet) need the whole object; the operator checks them and reports
-  ``Failed/InvalidSpec`` with the message from :func:`format_validation_error`.
+* Rules across fields (slots above GPUs, launch modes that do not exist yet,
+  fields that cannot change once a job started) are CEL rules in the CRD too
+  (:mod:`horovod_operator.validation`), so most bad edits are refused at
+  apply time. The operator checks them again (a CRD from an older release may
+  lack them) together with what CEL cannot see (names too long for DNS,
+  templates that cannot be a PodTemplateSpec) and reports ``Failed/InvalidSpec``
+  for a job that never started, ``SpecRejected`` for one that did.
+
+Status is parsed apart from the spec and tolerantly: a field written by a newer
+release of the operator is ignored, never a reason to fail a job.
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from .validation import (
+    GPU_RESOURCE,
+    SPEC_RULES,
+    check_job_name,
+    check_template_shape,
+)
+
 GROUP: Final = "horovod.ai"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
@@ -37,14 +51,22 @@ PLURAL: Final = "horovodjobs"
 SINGULAR: Final = "horovodjob"
 SHORT_NAMES: Final = ("hvjob", "hj")
 
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-DNS_LABEL_MAX: Final = 63
-# A DNS-1035 label: the Service `<job>-worker` must start with a letter.
-_DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _FIELD_PREFIX: Final = re.compile(r"^[A-Za-z][A-Za-z.]*: ")
 
 Phase = Literal["Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+# Phases in which pods of the job may exist and its shape is fixed.
+STARTED_PHASES: Final = frozenset({"Pending", "Starting", "Running", "Restarting"})
+
+# Upper bounds, also in the CRD. Workers: each adds about 150 bytes to each of
+# the two files of the job's ConfigMap, whose data the API server caps at 1 MiB.
+MAX_REPLICAS: Final = 2048
+MAX_SLOTS: Final = 64
+MAX_BACKOFF_LIMIT: Final = 1000
+# Durations: one year. Far beyond any training run, and far from the limits of
+# datetime arithmetic (year 9999) and of asyncio timers.
+MAX_SECONDS: Final = 366 * 24 * 3600
+DEFAULT_STARTUP_TIMEOUT: Final = 1200
 
 
 class _Model(BaseModel):
@@ -89,7 +111,9 @@ class ResourceRequirements(_Model):
 class WorkerSpec(_Model):
     """The worker pods: each runs sshd (by default) and hosts slotsPerWorker ranks."""
 
-    replicas: int = Field(default=1, ge=1, description="Number of worker pods.")
+    replicas: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS, description="Number of worker pods (at most 2048)."
+    )
     resources: ResourceRequirements | None = Field(
         default=None, description="Resources of the worker container, GPUs included."
     )
@@ -100,6 +124,12 @@ class WorkerSpec(_Model):
             "labels, hostname, volumes and environment are added to it."
         ),
     )
+
+    @field_validator("template")
+    @classmethod
+    def _template_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        check_template_shape(value)
+        return value
 
 
 class LauncherSpec(_Model):
@@ -113,20 +143,44 @@ class LauncherSpec(_Model):
         ),
     )
 
+    @field_validator("template")
+    @classmethod
+    def _template_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        check_template_shape(value)
+        return value
+
 
 class RunPolicy(_Model):
     """How the job runs, restarts, finishes and is cleaned up."""
 
     backoff_limit: int = Field(
-        default=3, ge=0, description="Restarts allowed after a failure before the job fails."
+        default=3,
+        ge=0,
+        le=MAX_BACKOFF_LIMIT,
+        description="Restarts allowed after a failure before the job fails.",
     )
     active_deadline_seconds: int | None = Field(
         default=None,
         ge=1,
-        description="Seconds from start after which the job fails with DeadlineExceeded.",
+        le=MAX_SECONDS,
+        description="Seconds from status.startTime after which the job fails with "
+        "DeadlineExceeded. Suspending stops the clock; resuming starts it again from zero.",
+    )
+    startup_timeout_seconds: int | None = Field(
+        default=DEFAULT_STARTUP_TIMEOUT,
+        ge=1,
+        le=MAX_SECONDS,
+        description="Seconds an attempt may take from its first pod to a running launcher "
+        "before the job fails with StartupTimeout, naming what it waited for (an "
+        "unschedulable pod, an image pull). The default, 20 minutes, covers a cluster "
+        "autoscaler adding a GPU node and a multi-GB image pull, and frees the GPUs the "
+        "other pods hold within the hour. null disables it.",
     )
     ttl_seconds_after_finished: int | None = Field(
-        default=None, ge=0, description="Seconds after finishing after which the job is deleted."
+        default=None,
+        ge=0,
+        le=MAX_SECONDS,
+        description="Seconds after status.completionTime after which the job is deleted.",
     )
     clean_pod_policy: Literal["None", "Running", "All"] = Field(
         default="Running",
@@ -157,6 +211,8 @@ class Scheduling(_Model):
 class HorovodJobSpec(_Model):
     """What the user asks for."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": SPEC_RULES})
+
     image: str = Field(
         default="",
         validate_default=True,
@@ -168,7 +224,10 @@ class HorovodJobSpec(_Model):
         description="Per-rank command; the operator prepends horovodrun with the rank count.",
     )
     slots_per_worker: int = Field(
-        default=1, ge=1, description="Ranks per worker pod; at most its GPUs when GPUs are set."
+        default=1,
+        ge=1,
+        le=MAX_SLOTS,
+        description="Ranks per worker pod; at most its GPUs when GPUs are set.",
     )
     launch_mode: Literal["mpi", "gloo"] = Field(
         default="mpi",
@@ -227,7 +286,14 @@ class ObjectMeta(BaseModel):
     deletion_timestamp: str | None = None
 
 
-class Condition(_Model):
+class _StatusModel(BaseModel):
+    """Base for status models: camelCase, and fields this release does not know are
+    ignored (a newer operator may have written them before a rollback)."""
+
+    model_config = ConfigDict(extra="ignore", alias_generator=to_camel, populate_by_name=True)
+
+
+class Condition(_StatusModel):
     """One condition: Created, Running, Restarting, Succeeded, Failed, Suspended, SpecRejected."""
 
     type: str = Field(description="Condition type.")
@@ -237,7 +303,7 @@ class Condition(_Model):
     last_transition_time: str = Field(description="When status last changed (RFC 3339).")
 
 
-class WorkerCounts(_Model):
+class WorkerCounts(_StatusModel):
     """Worker pods of the current attempt by state."""
 
     replicas: int = Field(default=0, description="Worker pods the job runs.")
@@ -248,7 +314,7 @@ class WorkerCounts(_Model):
     summary: str = Field(default="0/0", description="ready/replicas, for kubectl get.")
 
 
-class LauncherStatus(_Model):
+class LauncherStatus(_StatusModel):
     """The launcher of the current attempt."""
 
     phase: str | None = Field(default=None, description="Pod phase of the launcher.")
@@ -256,7 +322,7 @@ class LauncherStatus(_Model):
     exit_code: int | None = Field(default=None, description="Exit code once it terminated.")
 
 
-class Failure(_Model):
+class Failure(_StatusModel):
     """A failed rank: which pod and container died, and why."""
 
     pod: str = Field(description="Pod name.")
@@ -270,7 +336,7 @@ class Failure(_Model):
     )
 
 
-class HorovodJobStatus(_Model):
+class HorovodJobStatus(_StatusModel):
     """What the operator observed; derived by status.compute_status."""
 
     phase: Phase | None = Field(default=None, description="Summary phase of the job.")
@@ -280,8 +346,21 @@ class HorovodJobStatus(_Model):
     failures: list[Failure] = Field(
         default_factory=list, description="Failed ranks of the last failed attempt."
     )
+    reason: str | None = Field(
+        default=None,
+        description="Why the job is in its phase, or what it waits for (kubectl get shows it).",
+    )
+    message: str | None = Field(default=None, description="The detail of reason.")
     restarts: int = Field(default=0, description="Restarts done so far.")
-    start_time: str | None = Field(default=None, description="When the job (attempt) started.")
+    start_time: str | None = Field(
+        default=None,
+        description="When the job started (or was last resumed); activeDeadlineSeconds "
+        "counts from here.",
+    )
+    attempt_start_time: str | None = Field(
+        default=None,
+        description="When the current attempt started; startupTimeoutSeconds counts from here.",
+    )
     completion_time: str | None = Field(default=None, description="When the job finished.")
     observed_generation: int | None = Field(
         default=None, description="metadata.generation last acted on."
@@ -303,27 +382,6 @@ class HorovodJob(BaseModel):
     def _names_fit(self) -> HorovodJob:
         check_job_name(self.metadata.name, self.spec.worker.replicas)
         return self
-
-
-def check_job_name(name: str, replicas: int) -> None:
-    """Raise ValueError unless every child name is a valid DNS label.
-
-    The longest names are the last worker's pod (and hostname) `<name>-worker-<n>`
-    and the launcher Job `<name>-launcher`, whose name also becomes a label value.
-    """
-    longest = max(f"{name}-worker-{replicas - 1}", f"{name}-launcher", key=len)
-    if len(longest) > DNS_LABEL_MAX:
-        room = DNS_LABEL_MAX - (len(longest) - len(name))
-        raise ValueError(
-            f"metadata.name: {name!r} is too long: child name {longest!r} has "
-            f"{len(longest)} characters, more than the {DNS_LABEL_MAX} of a DNS label; "
-            f"use at most {room} characters"
-        )
-    if not _DNS_1035_LABEL.match(name):
-        raise ValueError(
-            f"metadata.name: {name!r} must be a DNS-1035 label (lowercase letters, digits "
-            f"and '-', starting with a letter), since the worker Service is named after it"
-        )
 
 
 def format_validation_error(error: ValidationError) -> str:
@@ -348,6 +406,28 @@ def parse_job(body: Any, default_image: str | None = None) -> HorovodJob:
     """Validate a HorovodJob body (a mapping from the API server).
 
     `default_image` fills an empty spec.image (the operator's --default-image).
-    Raises ValidationError; format it with :func:`format_validation_error`.
+    The status is parsed apart (:func:`parse_status`), so no status field can
+    make a spec invalid. Raises ValidationError for the spec and metadata;
+    format it with :func:`format_validation_error`.
     """
-    return HorovodJob.model_validate(body, context={"default_image": default_image})
+    without_status = {key: value for key, value in dict(body).items() if key != "status"}
+    job = HorovodJob.model_validate(without_status, context={"default_image": default_image})
+    job.status = parse_status(body.get("status"))
+    return job
+
+
+def parse_status(raw: Any) -> HorovodJobStatus | None:
+    """The stored status, tolerantly: unknown fields are ignored, and a field whose
+    value this release cannot read is dropped instead of failing the job."""
+    if not raw or not isinstance(raw, dict):
+        return None
+    data = dict(raw)
+    for _ in range(len(data) + 1):
+        try:
+            return HorovodJobStatus.model_validate(data)
+        except ValidationError as error:
+            bad = {str(item["loc"][0]) for item in error.errors() if item["loc"]}
+            if not bad & set(data):
+                break
+            data = {key: value for key, value in data.items() if key not in bad}
+    return HorovodJobStatus()

@@ -251,6 +251,7 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int) -> Obj:
     name = job.metadata.name
     labels = {
         **names.role_labels(name, contract.ROLE_WORKER),
+        names.LABEL_JOB_UID: job.metadata.uid,
         names.LABEL_WORKER_INDEX: str(index),
         names.LABEL_ATTEMPT: str(attempt),
     }
@@ -292,6 +293,7 @@ def new_launcher_job(job: HorovodJob, attempt: int) -> Obj:
     name = job.metadata.name
     labels = {
         **names.role_labels(name, contract.ROLE_LAUNCHER),
+        names.LABEL_JOB_UID: job.metadata.uid,
         names.LABEL_ATTEMPT: str(attempt),
     }
     template_meta, pod_spec, container = _pod_template(

@@ -33,6 +33,7 @@ from .api import (
     HorovodJobSpec,
     HorovodJobStatus,
 )
+from .validation import ROOT_RULES
 
 CRD_PATH: Final = Path("crds") / f"{GROUP}_{PLURAL}.yaml"
 DOCS_PATH: Final = Path("docs") / "api.md"
@@ -136,6 +137,12 @@ def crd() -> dict[str, Any]:
                             "jsonPath": ".status.workers.summary",
                         },
                         {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+                        {
+                            "name": "Reason",
+                            "type": "string",
+                            "description": "Why the job is in its phase, or what it waits for",
+                            "jsonPath": ".status.reason",
+                        },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {
@@ -143,6 +150,7 @@ def crd() -> dict[str, Any]:
                             "type": "object",
                             "description": "A Horovod training job: an MPI launcher and workers.",
                             "required": ["spec"],
+                            "x-kubernetes-validations": ROOT_RULES,
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
@@ -205,21 +213,75 @@ def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
 
 SPEC_CHANGES: Final = """## Changing a job's spec
 
-- `worker.replicas` on a started job (Pending, Starting, Running, Restarting) is
-  rejected: condition `SpecRejected` (reason `ReplicasImmutable`) is set and the
-  job keeps its worker count. Elastic scaling comes later. A suspended job takes
-  the new count when resumed.
-- `image`, `command`, `worker.resources` and the templates apply to pods created
-  after the change: those of the next restart, or of a resume. Running pods are
-  not replaced; the hostfile follows `slotsPerWorker` at the same moment.
-- `runPolicy.suspend: true` deletes the workers and the launcher and keeps the job
-  (phase `Suspended`); `false` creates them again, and `activeDeadlineSeconds`
-  counts from the resume.
-- `backoffLimit`, `activeDeadlineSeconds`, `cleanPodPolicy` and
-  `ttlSecondsAfterFinished` apply from the next reconcile.
-- A finished job (`Succeeded`, `Failed`) ignores changes, except one that failed
-  with `InvalidSpec`: fixing its spec starts it afresh.
+The CRD refuses at apply time what it can (CEL rules: slots above the GPUs in
+`worker.resources.limits`, `launchMode: gloo`, and the shape of a started job).
+What gets past it (a CRD from an older release, a template that cannot be a
+pod template) and is invalid: a job that never started fails with
+`InvalidSpec`; a started one gets the condition `SpecRejected`, a Warning Event,
+and keeps running on the spec it last accepted. The operator never deletes a
+pod because of an edit.
 """
+
+# What an edit of each field does, by the job's phase (tests/unit/test_decide.py
+# has a test per row).
+EDIT_COLUMNS: Final = (
+    "Field",
+    "Before start (no status yet)",
+    "Started (Pending, Starting, Running, Restarting)",
+    "Suspended",
+    "Finished (Succeeded, Failed)",
+)
+EDIT_TABLE: Final = (
+    (
+        "`worker.replicas`, `slotsPerWorker`, `launchMode`",
+        "used",
+        "refused by the CRD (`SpecRejected`/`ReplicasImmutable` where the CRD lacks the rule)",
+        "used at resume",
+        "ignored",
+    ),
+    (
+        "`image`, `command`, `worker.resources`, `worker.template`, `launcher.template`, "
+        "`scheduling`",
+        "used",
+        "used for pods created after the edit (the next restart); running pods are not replaced",
+        "used at resume",
+        "ignored",
+    ),
+    (
+        "`runPolicy.backoffLimit`, `activeDeadlineSeconds`, `startupTimeoutSeconds`, "
+        "`cleanPodPolicy`",
+        "used",
+        "apply at the next reconcile (the deadline counts from `status.startTime`)",
+        "apply; the deadline clock is stopped",
+        "`cleanPodPolicy` no longer acts",
+    ),
+    (
+        "`runPolicy.ttlSecondsAfterFinished`",
+        "used",
+        "used when the job finishes",
+        "used when the job finishes",
+        "applies at once, from `status.completionTime`",
+    ),
+    (
+        "`runPolicy.suspend`",
+        "`true`: the job waits suspended",
+        "`true`: pods deleted, phase Suspended",
+        "`false`: resumes; `startTime` restarts, so the deadline counts from the resume",
+        "ignored",
+    ),
+    (
+        "an invalid value (fails the operator's validation)",
+        "`Failed/InvalidSpec`, nothing created",
+        "`SpecRejected`, the job runs on its last accepted spec",
+        "`SpecRejected`",
+        "ignored; a job that failed with `InvalidSpec` starts afresh when its spec is fixed",
+    ),
+)
+
+
+def edit_table() -> str:
+    rows = [EDIT_COLUMNS, tuple("---" for _ in EDIT_COLUMNS), *EDIT_TABLE]
+    return "".join("| " + " | ".join(row) + " |\n" for row in rows)
 
 
 def api_reference() -> str:
@@ -249,7 +311,7 @@ def api_reference() -> str:
                 f"| `{alias}` | {_type_name(field.annotation)} | {default} | {description} |"
             )
         lines.append("")
-    return "\n".join(lines) + "\n" + SPEC_CHANGES
+    return "\n".join(lines) + "\n" + SPEC_CHANGES + "\n" + edit_table()
 
 
 # --- command line ------------------------------------------------------------------------

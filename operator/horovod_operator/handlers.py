@@ -42,6 +42,8 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     # pods and Jobs that are not its own, however big the cluster.
     settings.watching.label_selectors["v1", "pods"] = names.MANAGED_SELECTOR
     settings.watching.label_selectors["batch", "v1", "jobs"] = names.MANAGED_SELECTOR
+    for plural in ("secrets", "configmaps", "services"):
+        settings.watching.label_selectors["v1", plural] = names.MANAGED_SELECTOR
     # Explicit persistence, although the handlers here store nothing: event
     # handlers and indexes need neither progress nor finalizers.
     settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
@@ -136,12 +138,45 @@ def hvjob_launchers(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
     return {(namespace or "", labels[names.LABEL_JOB_NAME]): dict(body)}
 
 
+# The Secret, ConfigMap and Service are watched only to know that they exist and
+# whose they are: the index keeps their metadata (and the ConfigMap's hostfile),
+# never a private key.
+def _slim(body: kopf.Body, keep_data: bool = False) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    slim: dict[str, Any] = {
+        "kind": body.get("kind"),
+        "metadata": {
+            key: meta[key]
+            for key in ("name", "uid", "labels", "ownerReferences", "deletionTimestamp")
+            if key in meta
+        },
+    }
+    if keep_data:
+        slim["data"] = dict(body.get("data") or {})
+    return slim
+
+
+@kopf.index("v1", "secrets", labels=_MANAGED)
+def hvjob_secrets(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", labels[names.LABEL_JOB_NAME]): _slim(body)}
+
+
+@kopf.index("v1", "configmaps", labels=_MANAGED)
+def hvjob_config_maps(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", labels[names.LABEL_JOB_NAME]): _slim(body, keep_data=True)}
+
+
+@kopf.index("v1", "services", labels=_MANAGED)
+def hvjob_services(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", labels[names.LABEL_JOB_NAME]): _slim(body)}
+
+
 # --- events: each asks for a reconcile of the job it belongs to ----------------------------
 
 
 def _trigger(memo: kopf.Memo, key: tuple[str, str], indexes: dict[str, Any]) -> None:
     reconciler: Reconciler = memo.reconciler
-    reconciler.bind(indexes["hvjob_bodies"], indexes["hvjob_pods"], indexes["hvjob_launchers"])
+    reconciler.bind(indexes)
     reconciler.trigger(key)
 
 
@@ -159,6 +194,15 @@ async def pod_event(
 
 @kopf.on.event("batch", "v1", "jobs", labels=_MANAGED)
 async def launcher_event(
+    namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    _trigger(memo, (namespace or "", labels[names.LABEL_JOB_NAME]), kwargs)
+
+
+@kopf.on.event("v1", "secrets", labels=_MANAGED)
+@kopf.on.event("v1", "configmaps", labels=_MANAGED)
+@kopf.on.event("v1", "services", labels=_MANAGED)
+async def object_event(
     namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any
 ) -> None:
     _trigger(memo, (namespace or "", labels[names.LABEL_JOB_NAME]), kwargs)

@@ -5,10 +5,12 @@ loads kubeconfig or in-cluster credentials), run in a thread pool so the kopf
 event loop never blocks. Plain dicts go in and come out; no typed models, so
 what the builders produce is exactly what is sent.
 
-Creates are create-if-absent (409 AlreadyExists is success) and deletes are
-delete-if-present (404 is success), so every call can be repeated safely by
-an operator that restarted at any point. A token bucket caps requests per
-second (QPS with a burst), like client-go's rate limiter.
+Deletes are delete-if-present (404 is success). A create that finds the name
+taken raises the 409: only the caller can tell whether the object there is its
+own (see the executor's ownership check). A token bucket caps requests per
+second (QPS with a burst), like client-go's rate limiter, and every request has
+a connect and a read timeout, so a half-open connection cannot stop the
+reconciler.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ Obj = dict[str, Any]
 T = TypeVar("T")
 
 FIELD_MANAGER: Final = "horovod-operator"
+# (connect, read) seconds of every request.
+REQUEST_TIMEOUT: Final = (10.0, 60.0)
 
 
 class KubeError(Exception):
@@ -162,7 +166,9 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self._api.call_api(method, url, header_params, payload, post_params)
+        response = self._api.call_api(
+            method, url, header_params, payload, post_params, _request_timeout=REQUEST_TIMEOUT
+        )
         raw = response.read()  # type: ignore[no-untyped-call]
         data: Obj = json.loads(raw) if raw else {}
         if not 200 <= response.status < 300:
@@ -175,18 +181,20 @@ class Kube:
 
     # --- children ------------------------------------------------------------------------
 
-    async def create(self, obj: Obj) -> Obj | None:
-        """Create `obj`; None when it already exists (409 counts as success)."""
+    async def create(self, obj: Obj) -> Obj:
+        """Create `obj`; raises KubeError (409 when the name is taken)."""
         kind = obj["kind"]
         path = _PATHS[kind].format(namespace=obj["metadata"]["namespace"])
-        try:
-            return await self._request(
-                "POST", kind, path, body=obj, query={"fieldManager": FIELD_MANAGER}
-            )
-        except KubeError as error:
-            if error.conflict:
-                return None
-            raise
+        return await self._request(
+            "POST", kind, path, body=obj, query={"fieldManager": FIELD_MANAGER}
+        )
+
+    async def list_events(self, namespace: str, field_selector: str) -> list[Obj]:
+        """core/v1 Events in `namespace` matching a field selector."""
+        path = _PATHS["Event"].format(namespace=namespace)
+        data = await self._request("GET", "Event", path, query={"fieldSelector": field_selector})
+        items: list[Obj] = data.get("items") or []
+        return items
 
     async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         path = _PATHS[kind].format(namespace=namespace) + f"/{name}"

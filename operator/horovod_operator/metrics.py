@@ -38,6 +38,12 @@ RECONCILE_ERRORS: Final = Counter(
     "Reconciles that raised and were retried.",
     registry=REGISTRY,
 )
+API_REFUSALS: Final = Counter(
+    "horovod_operator_api_refusals",
+    "Creates of a job's children refused by the API server (quota, policy, conflicts).",
+    ["kind", "code"],
+    registry=REGISTRY,
+)
 API_REQUESTS: Final = Counter(
     "horovod_operator_api_requests",
     "Kubernetes API requests made by the reconciler.",

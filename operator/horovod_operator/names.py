@@ -8,6 +8,9 @@ LABEL_WORKER_INDEX: Final = "horovod.ai/worker-index"
 # The restart attempt (status.restarts when created); pods of older attempts are
 # only ever deleted, never counted, so a late event cannot fail a fresh attempt.
 LABEL_ATTEMPT: Final = "horovod.ai/attempt"
+# The UID of the HorovodJob: launcher pods carry it, so that a launcher pod whose
+# Job is gone (deleted with --cascade=orphan) is still known as this job's.
+LABEL_JOB_UID: Final = "horovod.ai/job-uid"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "horovod-operator"
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from clusterlib import KubeCluster, fresh_namespace, session_cluster
+from operatorlib import Jobs, Operator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,6 +47,23 @@ def namespace(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[
     """A fresh namespace for one test."""
     with fresh_namespace(cluster, request.node.name) as name:
         yield name
+
+
+@pytest.fixture
+def operator(cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path) -> Iterator[Operator]:
+    """The operator as a subprocess watching the test's namespace."""
+    op = Operator(cluster, namespace, tmp_path / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+        print(f"--- operator log ({op.log_path}) ---\n{op.log_tail(200)}")
+
+
+@pytest.fixture
+def jobs(cluster: KubeCluster, namespace: str, operator: Operator) -> Jobs:
+    return Jobs(cluster, namespace, operator)
 
 
 @pytest.hookimpl(hookwrapper=True)

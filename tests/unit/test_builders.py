@@ -168,6 +168,7 @@ def expected_worker(index: int, attempt: int = 0, **overrides: Any) -> dict[str,
                 **BASE_LABELS,
                 "horovod.ai/role": "worker",
                 "horovod.ai/worker-index": str(index),
+                "horovod.ai/job-uid": "uid-1",
                 "horovod.ai/attempt": str(attempt),
                 **overrides.pop("labels", {}),
             },
@@ -249,7 +250,12 @@ def test_worker_template_is_not_mutated() -> None:
 
 
 def expected_launcher(command: list[str], attempt: int = 0, **overrides: Any) -> dict[str, Any]:
-    labels = {**BASE_LABELS, "horovod.ai/role": "launcher", "horovod.ai/attempt": str(attempt)}
+    labels = {
+        **BASE_LABELS,
+        "horovod.ai/role": "launcher",
+        "horovod.ai/job-uid": "uid-1",
+        "horovod.ai/attempt": str(attempt),
+    }
     env = [
         {**item, "value": "launcher"} if item["name"] == "HVJOB_ROLE" else item
         for item in ENV_WORKER

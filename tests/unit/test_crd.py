@@ -66,6 +66,7 @@ def test_names_columns_and_subresources() -> None:
         "Phase": ".status.phase",
         "Workers": ".status.workers.summary",
         "Restarts": ".status.restarts",
+        "Reason": ".status.reason",
         "Age": ".metadata.creationTimestamp",
     }
 

@@ -16,7 +16,7 @@ HVJOBS = Resource(
 )
 
 
-def test_pod_and_job_watches_are_label_selected() -> None:
+def test_every_child_watch_is_label_selected() -> None:
     settings = kopf.OperatorSettings()
     configure_settings(settings)
     selector = ["app.kubernetes.io/managed-by=horovod-operator"]
@@ -24,6 +24,13 @@ def test_pod_and_job_watches_are_label_selected() -> None:
     # watch requests (kopf/_cogs/clients/watching.py and fetching.py).
     assert settings.watching.label_selectors.collect(PODS) == selector
     assert settings.watching.label_selectors.collect(JOBS) == selector
+    for plural, kind in (
+        ("secrets", "Secret"),
+        ("configmaps", "ConfigMap"),
+        ("services", "Service"),
+    ):
+        resource = Resource(group="", version="v1", plural=plural, kind=kind, namespaced=True)
+        assert settings.watching.label_selectors.collect(resource) == selector
     assert settings.watching.label_selectors.collect(HVJOBS) == []
 
 

@@ -57,20 +57,20 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
-- apiGroups: [""]
-  resources: ["pods/log"]
-  verbs: ["get"]
+# The job's Secret, ConfigMap and Service are watched (label-selected) so that
+# one deleted by hand is recreated, and a name held by another owner is seen.
 - apiGroups: [""]
   resources: ["services", "secrets"]
-  verbs: ["get", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 # The hostfile is rewritten when a restart or resume changes replicas or slots.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "delete"]
-- apiGroups: ["", "events.k8s.io"]
+# Events: posted on jobs; listed for a pod slow to start (FailedMount is only there).
+- apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "list"]
 {{- end }}

@@ -1,18 +1,17 @@
-"""compute_status: the job's state machine, across pod-phase combinations."""
+"""compute_status: the job's phase machine, across pod-phase combinations."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from horovod_operator.api import Failure, HorovodJob, HorovodJobStatus, parse_job
-from horovod_operator.status import (
+from horovod_operator.api import Failure, HorovodJob, HorovodJobStatus, parse_job, parse_status
+from horovod_operator.children import Children, sort_children, stale_children
+from horovod_operator.conditions import set_condition
+from horovod_operator.phases import (
     compute_status,
     invalid_spec_status,
-    normalize_status,
     progress_only,
-    set_condition,
-    stale_children,
     status_body,
 )
 
@@ -56,10 +55,12 @@ def pod(
         ]
     if reason:
         status["reason"] = reason
+    owner = "u" if role == "worker" else f"launcher-{attempt}"
     metadata: dict[str, Any] = {
         "name": name,
         "labels": {"horovod.ai/role": role, "horovod.ai/attempt": str(attempt)},
         "creationTimestamp": "2026-01-01T11:59:30Z",
+        "ownerReferences": [{"kind": "Pod", "uid": owner, "controller": True}],
     }
     if terminating:
         metadata["deletionTimestamp"] = NOW_S
@@ -79,10 +80,22 @@ def launcher_job(condition: str | None = None, attempt: int = 0) -> dict[str, An
     return {
         "metadata": {
             "name": "j-launcher",
+            "uid": f"launcher-{attempt}",
             "labels": {"horovod.ai/role": "launcher", "horovod.ai/attempt": str(attempt)},
+            "ownerReferences": [{"kind": "HorovodJob", "uid": "u", "controller": True}],
         },
         "status": {"conditions": conditions},
     }
+
+
+def kids(pods: list[dict[str, Any]], ljob: dict[str, Any] | None = None) -> Children:
+    return sort_children("u", pods, [ljob] if ljob else [])
+
+
+def status_of(
+    job: HorovodJob, pods: list[dict[str, Any]], ljob: dict[str, Any] | None, now: datetime
+) -> HorovodJobStatus:
+    return compute_status(job, kids(pods, ljob), now)
 
 
 RUNNING = {"phase": "Running", "startTime": T0, "workers": {"replicas": 2}}
@@ -168,7 +181,7 @@ def test_phases(
     phase: str,
     counts: tuple[int, int, int],
 ) -> None:
-    result = compute_status(make_job(status), pods, ljob, NOW)
+    result = status_of(make_job(status), pods, ljob, NOW)
     assert result.phase == phase, case
     assert result.workers is not None
     assert (result.workers.ready, result.workers.running, result.workers.failed) == counts
@@ -178,7 +191,7 @@ def test_phases(
 
 def test_worker_failure_names_the_pod_and_counts_the_restart() -> None:
     pods = [worker(0), worker(1, "Failed", exit_code=137, reason="OOMKilled"), launcher_pod()]
-    result = compute_status(make_job(RUNNING), pods, launcher_job(), NOW)
+    result = status_of(make_job(RUNNING), pods, launcher_job(), NOW)
     assert result.restarts == 1
     assert result.failures == [
         Failure(pod="j-worker-1", container="worker", exit_code=137, reason="OOMKilled")
@@ -194,7 +207,7 @@ def test_worker_failure_names_the_pod_and_counts_the_restart() -> None:
 def test_backoff_limit_spent_fails_naming_the_cause() -> None:
     pods = [worker(0, attempt=1), worker(1, "Failed", attempt=1, exit_code=137)]
     status = {**RUNNING, "restarts": 1}
-    result = compute_status(make_job(status), pods, None, NOW)
+    result = status_of(make_job(status), pods, None, NOW)
     assert result.phase == "Failed"
     assert result.restarts == 1
     assert result.completion_time == NOW_S
@@ -207,7 +220,7 @@ def test_backoff_limit_spent_fails_naming_the_cause() -> None:
 
 def test_evicted_worker_without_container_status() -> None:
     pods = [worker(0), worker(1, "Failed", reason="Evicted")]
-    result = compute_status(make_job(RUNNING, backoffLimit=0), pods, None, NOW)
+    result = status_of(make_job(RUNNING, backoffLimit=0), pods, None, NOW)
     assert result.phase == "Failed"
     assert result.failures == [
         Failure(pod="j-worker-1", container="worker", exit_code=None, reason="Evicted")
@@ -216,7 +229,7 @@ def test_evicted_worker_without_container_status() -> None:
 
 def test_launcher_failure_reports_its_exit_code() -> None:
     pods = [worker(0), worker(1), launcher_pod("Failed", exit_code=3)]
-    result = compute_status(make_job(RUNNING, backoffLimit=0), pods, launcher_job("Failed"), NOW)
+    result = status_of(make_job(RUNNING, backoffLimit=0), pods, launcher_job("Failed"), NOW)
     assert result.phase == "Failed"
     assert result.failures == [
         Failure(pod="j-launcher-abcde", container="launcher", exit_code=3, reason="Error")
@@ -230,7 +243,7 @@ def test_failures_keep_the_launchers_last_log_lines() -> None:
     terminated = failed["status"]["containerStatuses"][0]["state"]["terminated"]
     terminated["message"] = "x" * 5000 + "\nepoch 2 loss 0.3\nboom: exit 3\n"
     pods = [worker(0), worker(1), failed]
-    result = compute_status(make_job(RUNNING, backoffLimit=0), pods, launcher_job("Failed"), NOW)
+    result = status_of(make_job(RUNNING, backoffLimit=0), pods, launcher_job("Failed"), NOW)
     (failure,) = result.failures
     assert failure.message is not None
     assert failure.message.endswith("epoch 2 loss 0.3\nboom: exit 3\n")
@@ -240,15 +253,13 @@ def test_failures_keep_the_launchers_last_log_lines() -> None:
 def test_restarting_waits_for_old_children() -> None:
     status = {**RUNNING, "phase": "Restarting", "restarts": 1}
     old = [worker(0, attempt=0), worker(1, attempt=0, terminating=True)]
-    assert compute_status(make_job(status), old, launcher_job(attempt=0), NOW).phase == (
-        "Restarting"
-    )
-    assert stale_children(old, launcher_job(attempt=0), 1) == [
+    assert status_of(make_job(status), old, launcher_job(attempt=0), NOW).phase == ("Restarting")
+    assert stale_children(kids(old, launcher_job(attempt=0)), 1) == [
         "j-worker-0",
         "j-worker-1",
         "j-launcher",
     ]
-    result = compute_status(make_job(status), [], None, NOW)
+    result = status_of(make_job(status), [], None, NOW)
     assert result.phase == "Pending"
     restarting = next(c for c in result.conditions if c.type == "Restarting")
     assert restarting.status == "False"
@@ -256,25 +267,27 @@ def test_restarting_waits_for_old_children() -> None:
 
 def test_terminal_status_is_final() -> None:
     status = {"phase": "Succeeded", "completionTime": T0, "observedGeneration": 1}
-    result = compute_status(make_job(status), [worker(0, "Failed", exit_code=1)], None, NOW)
-    assert status_body(result) == normalize_status(status)
+    result = status_of(make_job(status), [worker(0, "Failed", exit_code=1)], None, NOW)
+    stored = parse_status(status)
+    assert stored is not None
+    assert status_body(result) == status_body(stored)
 
 
 def test_deadline_exceeded() -> None:
     job = make_job(RUNNING, activeDeadlineSeconds=60)
-    result = compute_status(job, [worker(0), worker(1)], None, NOW)
+    result = status_of(job, [worker(0), worker(1)], None, NOW)
     assert result.phase == "Failed"
     assert next(c for c in result.conditions if c.type == "Failed").reason == "DeadlineExceeded"
     early = make_job(RUNNING, activeDeadlineSeconds=61)
-    assert compute_status(early, [worker(0), worker(1)], None, NOW).phase == "Starting"
+    assert status_of(early, [worker(0), worker(1)], None, NOW).phase == "Starting"
 
 
 def test_suspend_and_resume() -> None:
-    suspended = compute_status(make_job(RUNNING, suspend=True), [worker(0)], None, NOW)
+    suspended = status_of(make_job(RUNNING, suspend=True), [worker(0)], None, NOW)
     assert suspended.phase == "Suspended"
     assert [c.type for c in suspended.conditions if c.status == "True"] == ["Suspended"]
     later = NOW + timedelta(minutes=5)
-    resumed = compute_status(make_job(status_body(suspended)), [], None, later)
+    resumed = status_of(make_job(status_body(suspended)), [], None, later)
     assert resumed.phase == "Pending"
     assert resumed.start_time == "2026-01-01T12:05:00Z"  # the deadline counts from here
     condition = next(c for c in resumed.conditions if c.type == "Suspended")
@@ -283,20 +296,18 @@ def test_suspend_and_resume() -> None:
 
 def test_replicas_change_on_running_job_is_rejected() -> None:
     job = make_job({**RUNNING, "workers": {"replicas": 3}})
-    result = compute_status(job, [], None, NOW)
+    result = status_of(job, [], None, NOW)
     assert result.workers is not None
     assert result.workers.replicas == 3
     rejected = next(c for c in result.conditions if c.type == "SpecRejected")
     assert rejected.reason == "ReplicasImmutable"
-    assert "worker.replicas cannot change on a running job (3 -> 2)" in rejected.message
+    assert "worker.replicas cannot change on a started job (3 -> 2)" in rejected.message
 
 
 def test_unchanged_inputs_give_an_identical_status() -> None:
     pods = [worker(0), worker(1), launcher_pod()]
-    first = compute_status(make_job(), pods, launcher_job(), NOW)
-    second = compute_status(
-        make_job(status_body(first)), pods, launcher_job(), NOW + timedelta(hours=1)
-    )
+    first = status_of(make_job(), pods, launcher_job(), NOW)
+    second = status_of(make_job(status_body(first)), pods, launcher_job(), NOW + timedelta(hours=1))
     assert status_body(second) == status_body(first)
 
 
@@ -314,6 +325,8 @@ def test_invalid_spec_status() -> None:
     result = invalid_spec_status(None, "spec.x: bad", 3, NOW)
     assert status_body(result) == {
         "phase": "Failed",
+        "reason": "InvalidSpec",
+        "message": "spec.x: bad",
         "conditions": [
             {
                 "type": "Failed",
@@ -346,7 +359,7 @@ def test_progress_only_tells_a_start_getting_on_from_a_change_users_wait_for() -
     seen: dict[str, bool] = {}
     for case, pods in steps:
         ljob = launcher_job() if any("launcher" in p["metadata"]["name"] for p in pods) else None
-        new = status_body(compute_status(make_job(stored or None), pods, ljob, NOW))
+        new = status_body(status_of(make_job(stored or None), pods, ljob, NOW))
         assert new != stored, case
         seen[case] = progress_only(stored, new)
         stored = new
@@ -362,7 +375,7 @@ def test_progress_only_tells_a_start_getting_on_from_a_change_users_wait_for() -
 
 
 def test_progress_only_holds_back_no_condition_but_created() -> None:
-    base = status_body(compute_status(make_job(), [worker(0), worker(1)], None, NOW))
+    base = status_body(status_of(make_job(), [worker(0), worker(1)], None, NOW))
     assert base["phase"] == "Starting"
     created = [c for c in base["conditions"] if c["type"] == "Created"]
     assert created, base

@@ -1,0 +1,321 @@
+"""Reading the children of a job: which objects are its own, and what they say.
+
+Labels select, ownership decides. The watches bring every object that carries
+the operator's labels for a job name, including those of a deleted job of the
+same name that garbage collection has not removed yet, and anything a user
+labelled by hand. A child counts only when its controller ownerReference names
+the job's UID; a launcher pod when its controller is the job's launcher Job.
+Pure functions over plain dicts, no client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from horovod_worker import contract
+
+from . import names
+from .api import Failure, LauncherStatus
+
+Obj = Mapping[str, Any]
+
+MESSAGE_LIMIT: Final = 2048
+# Waiting reasons of a container that mean it will not start by itself.
+STUCK_WAITING_REASONS: Final = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "CrashLoopBackOff",
+        "RunContainerError",
+        "PreStartHookError",
+        "PostStartHookError",
+    }
+)
+
+
+# --- accessors ---------------------------------------------------------------------------
+
+
+def metadata_of(obj: Obj) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def labels_of(obj: Obj) -> Mapping[str, str]:
+    labels: Mapping[str, str] = metadata_of(obj).get("labels") or {}
+    return labels
+
+
+def name_of(obj: Obj) -> str:
+    return str(metadata_of(obj).get("name", ""))
+
+
+def uid_of(obj: Obj) -> str:
+    return str(metadata_of(obj).get("uid", ""))
+
+
+def attempt_of(obj: Obj) -> int | None:
+    value = labels_of(obj).get(names.LABEL_ATTEMPT)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def role_of(obj: Obj) -> str | None:
+    return labels_of(obj).get(names.LABEL_ROLE)
+
+
+def is_terminating(obj: Obj) -> bool:
+    return bool(metadata_of(obj).get("deletionTimestamp"))
+
+
+def controller_of(obj: Obj) -> Mapping[str, Any] | None:
+    """The ownerReference with controller: true, if any."""
+    for reference in metadata_of(obj).get("ownerReferences") or ():
+        if reference.get("controller"):
+            found: Mapping[str, Any] = reference
+            return found
+    return None
+
+
+def controlled_by(obj: Obj, uid: str) -> bool:
+    controller = controller_of(obj)
+    return bool(uid) and controller is not None and controller.get("uid") == uid
+
+
+def describe_owner(obj: Obj) -> str:
+    """Who controls `obj`, for a message."""
+    controller = controller_of(obj)
+    if controller is None:
+        return "no controller"
+    return f"{controller.get('kind')} {controller.get('name')} (uid {controller.get('uid')})"
+
+
+def pod_phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def pod_ready(pod: Obj) -> bool:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def exit_code(pod: Obj) -> int | None:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated is not None:
+            code = terminated.get("exitCode")
+            return int(code) if code is not None else None
+    return None
+
+
+def job_condition(batch_job: Obj | None, type_: str) -> bool:
+    if batch_job is None:
+        return False
+    for condition in (batch_job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == type_ and condition.get("status") == "True":
+            return True
+    return False
+
+
+def tail(message: str | None) -> str | None:
+    """The end of a termination message (the kubelet already caps it; the API may not)."""
+    if not message:
+        return None
+    return message[-MESSAGE_LIMIT:]
+
+
+def pod_failures(pod: Obj) -> list[Failure]:
+    """Why a failed pod failed: each container that exited non-zero, or the pod reason."""
+    status = pod.get("status") or {}
+    pod_reason = status.get("reason")
+    failures = []
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated and terminated.get("exitCode", 0) != 0:
+            failures.append(
+                Failure(
+                    pod=name_of(pod),
+                    container=container.get("name"),
+                    exit_code=terminated.get("exitCode"),
+                    reason=pod_reason or terminated.get("reason") or "Error",
+                    message=tail(terminated.get("message")),
+                )
+            )
+    if not failures:
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        failures.append(
+            Failure(
+                pod=name_of(pod),
+                container=containers[0].get("name"),
+                exit_code=None,
+                reason=pod_reason or "Error",
+            )
+        )
+    return failures
+
+
+def pod_problem(pod: Obj) -> tuple[str, str] | None:
+    """Why a pod that should start cannot: (reason, message), or None.
+
+    Reads what the scheduler (PodScheduled=False, Unschedulable) and the kubelet
+    (a container waiting for a reason that will not clear by itself) wrote.
+    """
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or ():
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            return "Unschedulable", str(condition.get("message") or "no node fits the pod")
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for container in status.get(key) or ():
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason")
+            if reason in STUCK_WAITING_REASONS:
+                detail = waiting.get("message") or reason
+                return str(reason), f"container {container.get('name')}: {detail}"
+    return None
+
+
+def waiting_to_start(pod: Obj) -> bool:
+    """Scheduled, not running yet, and no reason in its status: the kubelet may
+    be mounting volumes (FailedMount only shows in the pod's Events)."""
+    if pod_phase(pod) != "Pending" or pod_problem(pod) is not None:
+        return False
+    spec = pod.get("spec") or {}
+    return bool(spec.get("nodeName"))
+
+
+# --- sorting the observed objects --------------------------------------------------------
+
+
+@dataclass
+class Children:
+    """What exists of one job: its own children, and objects in the way."""
+
+    workers: list[Obj] = field(default_factory=list)
+    launcher_job: Obj | None = None
+    launcher_pods: list[Obj] = field(default_factory=list)
+    # Launcher pods whose Job is gone (deleted, or orphaned with --cascade=orphan):
+    # they carry the job's UID label and must go before another launcher starts.
+    stray_launcher_pods: list[Obj] = field(default_factory=list)
+    secret: Obj | None = None
+    config_map: Obj | None = None
+    service: Obj | None = None
+    # Objects with the job's labels that it does not control, by name.
+    foreign: dict[str, Obj] = field(default_factory=dict)
+
+    def all_pods(self) -> list[Obj]:
+        return [*self.workers, *self.launcher_pods, *self.stray_launcher_pods]
+
+
+def sort_children(
+    uid: str,
+    pods: Iterable[Obj] = (),
+    batch_jobs: Iterable[Obj] = (),
+    secrets: Iterable[Obj] = (),
+    config_maps: Iterable[Obj] = (),
+    services: Iterable[Obj] = (),
+) -> Children:
+    """Split what the label-selected watches show into the job's own and the rest."""
+    children = Children()
+    foreign = children.foreign
+    for batch_job in batch_jobs:
+        if role_of(batch_job) != contract.ROLE_LAUNCHER:
+            continue
+        if controlled_by(batch_job, uid):
+            children.launcher_job = batch_job
+        else:
+            foreign[name_of(batch_job)] = batch_job
+    launcher_uid = uid_of(children.launcher_job) if children.launcher_job else ""
+    for pod in pods:
+        role = role_of(pod)
+        if role == contract.ROLE_WORKER and controlled_by(pod, uid):
+            children.workers.append(pod)
+        elif role == contract.ROLE_LAUNCHER and launcher_uid and controlled_by(pod, launcher_uid):
+            children.launcher_pods.append(pod)
+        elif role == contract.ROLE_LAUNCHER and labels_of(pod).get(names.LABEL_JOB_UID) == uid:
+            children.stray_launcher_pods.append(pod)
+        else:
+            foreign[name_of(pod)] = pod
+    for kind, items in (
+        ("secret", secrets),
+        ("config_map", config_maps),
+        ("service", services),
+    ):
+        for item in items:
+            if controlled_by(item, uid):
+                setattr(children, kind, item)
+            else:
+                foreign[name_of(item)] = item
+    children.workers.sort(key=name_of)
+    children.launcher_pods.sort(key=lambda p: metadata_of(p).get("creationTimestamp") or "")
+    return children
+
+
+# --- the current attempt -----------------------------------------------------------------
+
+
+def current_workers(children: Children, attempt: int) -> list[Obj]:
+    """Worker pods of this attempt that are not on their way out, by name."""
+    return [
+        pod for pod in children.workers if attempt_of(pod) == attempt and not is_terminating(pod)
+    ]
+
+
+def stale_children(children: Children, attempt: int) -> list[str]:
+    """Names of the pods and launcher Job that block the next attempt.
+
+    Worker pods and the launcher Job have fixed names, and two launchers must
+    never run at once, so a new attempt starts only once the old ones are gone.
+    """
+    blocking = [
+        name_of(pod)
+        for pod in children.workers
+        if attempt_of(pod) != attempt or is_terminating(pod)
+    ]
+    launcher = children.launcher_job
+    if launcher is not None and (attempt_of(launcher) != attempt or is_terminating(launcher)):
+        blocking.append(name_of(launcher))
+    blocking += [name_of(pod) for pod in children.stray_launcher_pods]
+    if launcher is None:
+        blocking += [name_of(pod) for pod in children.launcher_pods]
+    return blocking
+
+
+def launcher_state(children: Children, attempt: int) -> LauncherStatus | None:
+    """The launcher of this attempt: its newest pod, completed by the Job's conditions."""
+    launcher_job = children.launcher_job
+    if launcher_job is None or attempt_of(launcher_job) != attempt:
+        return None
+    state = LauncherStatus(phase="Pending")
+    if children.launcher_pods:
+        newest = children.launcher_pods[-1]
+        state = LauncherStatus(
+            phase=pod_phase(newest), pod_name=name_of(newest), exit_code=exit_code(newest)
+        )
+    if job_condition(launcher_job, "Complete"):
+        state.phase = "Succeeded"
+    elif job_condition(launcher_job, "Failed") and state.phase != "Succeeded":
+        state.phase = "Failed"
+    return state
+
+
+def launcher_failures(children: Children, launcher: LauncherStatus) -> list[Failure]:
+    for pod in children.launcher_pods:
+        if name_of(pod) == launcher.pod_name and pod_phase(pod) == "Failed":
+            return pod_failures(pod)
+    name = launcher.pod_name or "launcher"
+    return [
+        Failure(
+            pod=name, container=contract.ROLE_LAUNCHER, exit_code=launcher.exit_code, reason="Error"
+        )
+    ]

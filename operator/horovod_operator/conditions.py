@@ -1,0 +1,150 @@
+"""Conditions of a HorovodJob: their types, reasons, and how they change.
+
+Each phase but Pending and Starting has a condition of its own that is True
+while the job is in it (Running, Restarting, Suspended, Succeeded, Failed).
+Three more describe the job beside its phase: Created (every child exists),
+Stalled (what a job that is not progressing waits for, naming the pod and the
+scheduler's, kubelet's or API server's message) and SpecRejected (an edit the
+running job ignores). `kubectl wait --for=condition=Stalled` works on them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Final, Literal
+
+from .api import Condition, HorovodJobStatus, Phase
+
+# Condition types.
+CREATED: Final = "Created"
+RUNNING: Final = "Running"
+RESTARTING: Final = "Restarting"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+SUSPENDED: Final = "Suspended"
+SPEC_REJECTED: Final = "SpecRejected"
+STALLED: Final = "Stalled"
+
+# Reasons of phases and outcomes.
+REASON_INVALID_SPEC: Final = "InvalidSpec"
+REASON_WORKER_FAILED: Final = "WorkerFailed"
+REASON_LAUNCHER_FAILED: Final = "LauncherFailed"
+REASON_LAUNCHER_DELETED: Final = "LauncherDeleted"
+REASON_DEADLINE: Final = "DeadlineExceeded"
+REASON_STARTUP_TIMEOUT: Final = "StartupTimeout"
+REASON_SUCCEEDED: Final = "LauncherSucceeded"
+REASON_CREATED: Final = "ChildrenCreated"
+REASON_LAUNCHER_RUNNING: Final = "LauncherRunning"
+REASON_CREATING: Final = "CreatingPods"
+REASON_WAITING: Final = "WaitingForWorkers"
+REASON_STARTING_LAUNCHER: Final = "StartingLauncher"
+REASON_SUSPENDED: Final = "JobSuspended"
+REASON_RESUMED: Final = "JobResumed"
+REASON_RESTARTED: Final = "Restarted"
+REASON_WAITING_FOR_OLD: Final = "WaitingForOldPods"
+# Reasons of SpecRejected.
+REASON_SPEC_ACCEPTED: Final = "SpecAccepted"
+REASON_REPLICAS_IMMUTABLE: Final = "ReplicasImmutable"
+# Reasons of Stalled. A pod's own reason (Unschedulable, ErrImagePull,
+# ImagePullBackOff, CreateContainerConfigError, FailedMount, CrashLoopBackOff,
+# ...) is used as it is.
+REASON_PROGRESSING: Final = "Progressing"
+REASON_CREATE_FORBIDDEN: Final = "CreateForbidden"
+REASON_CHILD_CONFLICT: Final = "ChildConflict"
+REASON_OLD_CHILD: Final = "WaitingForPreviousJob"
+
+# The condition that each phase sets True; the others among them go False.
+PHASE_CONDITION: Final[dict[str, str]] = {
+    "Running": RUNNING,
+    "Restarting": RESTARTING,
+    "Suspended": SUSPENDED,
+    "Succeeded": SUCCEEDED,
+    "Failed": FAILED,
+}
+_TRANSIENT_CONDITIONS: Final = (RUNNING, RESTARTING, SUSPENDED)
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def format_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def set_condition(
+    conditions: list[Condition],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    now: datetime,
+) -> list[Condition]:
+    """Conditions with `type_` set; lastTransitionTime moves only when status changes."""
+    value: Literal["True", "False"] = "True" if status else "False"
+    result = []
+    found = False
+    for condition in conditions:
+        if condition.type != type_:
+            result.append(condition)
+            continue
+        found = True
+        moved = condition.status != value
+        result.append(
+            Condition(
+                type=type_,
+                status=value,
+                reason=reason,
+                message=message,
+                last_transition_time=format_time(now) if moved else condition.last_transition_time,
+            )
+        )
+    if not found:
+        result.append(
+            Condition(
+                type=type_,
+                status=value,
+                reason=reason,
+                message=message,
+                last_transition_time=format_time(now),
+            )
+        )
+    return result
+
+
+def condition_of(status: HorovodJobStatus, type_: str) -> Condition | None:
+    return next((c for c in status.conditions if c.type == type_), None)
+
+
+def true_condition(status: HorovodJobStatus, type_: str) -> Condition | None:
+    """The condition `type_` when it is True."""
+    found = condition_of(status, type_)
+    return found if found is not None and found.status == "True" else None
+
+
+def clear_condition(status: HorovodJobStatus, type_: str, reason: str, now: datetime) -> None:
+    """Set `type_` False when it exists and is True (a condition never set stays absent)."""
+    if true_condition(status, type_) is not None:
+        status.conditions = set_condition(status.conditions, type_, False, reason, "", now)
+
+
+def enter_phase(
+    status: HorovodJobStatus, phase: Phase, reason: str, message: str, now: datetime
+) -> None:
+    """Set phase, reason and message, and the phase's condition True; the other
+    transient conditions go False."""
+    status.phase = phase
+    status.reason, status.message = reason, message
+    conditions = status.conditions
+    own = PHASE_CONDITION.get(phase)
+    for type_ in _TRANSIENT_CONDITIONS:
+        current = condition_of(status, type_)
+        if type_ != own and current is not None and current.status == "True":
+            conditions = set_condition(conditions, type_, False, reason, message, now)
+    if own is not None:
+        conditions = set_condition(conditions, own, True, reason, message, now)
+    status.conditions = conditions

@@ -1,0 +1,367 @@
+"""Decide: one pure function from what is observed to what to do.
+
+:func:`decide` takes the job as stored, the children it controls, what the API
+server refused lately and the time, and returns a :class:`~.plan.Plan`: the
+status to write, the Events to post, the objects to delete and create, when to
+look again. Every decision lives here: validation and rejected edits, the
+launcher gate, stuck states, restarts, deadlines, the startup timeout, cleanup
+and TTL. The reconciler only executes plans, so this is tested as a table
+without a cluster.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from . import builders, names, stalled
+from .api import (
+    STARTED_PHASES,
+    TERMINAL_PHASES,
+    HorovodJob,
+    HorovodJobStatus,
+    ObjectMeta,
+    format_validation_error,
+    parse_job,
+    parse_status,
+)
+from .children import (
+    Children,
+    is_terminating,
+    name_of,
+    pod_phase,
+)
+from .conditions import (
+    FAILED,
+    REASON_DEADLINE,
+    REASON_INVALID_SPEC,
+    REASON_PROGRESSING,
+    REASON_RESUMED,
+    REASON_STARTING_LAUNCHER,
+    REASON_STARTUP_TIMEOUT,
+    REASON_WAITING,
+    SPEC_REJECTED,
+    STALLED,
+    clear_condition,
+    set_condition,
+    true_condition,
+)
+from .phases import (
+    active_replicas,
+    all_workers_ready,
+    compute_status,
+    due_time,
+    fail,
+    invalid_spec_status,
+)
+from .plan import Delete, Event, Observation, Plan, Refusal
+
+# Timers further away than this are re-checked then (a long deadline costs one
+# cheap reconcile an hour instead of a timer that outlives its reason).
+MAX_REQUEUE: Final = 3600.0
+_EVENT_PHASES: Final = frozenset({"Running", "Restarting", "Suspended", "Succeeded", "Failed"})
+# Failures after which nothing of the job keeps running, whatever cleanPodPolicy.
+_STOP_EVERYTHING: Final = frozenset({REASON_DEADLINE, REASON_INVALID_SPEC, REASON_STARTUP_TIMEOUT})
+# The field to name when the API server refuses a child built from it.
+_REFUSED_FIELD: Final = {
+    ("Pod", "worker"): ("spec.worker.template", "worker pod"),
+    ("Job", "launcher"): ("spec.launcher.template", "launcher Job"),
+    ("ConfigMap", None): ("spec.worker.replicas", "ConfigMap with the hostfile"),
+}
+
+
+def decide(seen: Observation) -> Plan:
+    body = seen.body
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return Plan()  # garbage collection removes the children
+    previous = parse_status(body.get("status"))
+    generation = int(meta.get("generation") or 0)
+    rejected_edit: str | None = None
+    try:
+        job = parse_job(body, seen.default_image)
+    except ValidationError as error:
+        message = format_validation_error(error)
+        if not _started(previous):
+            return _invalid(seen, previous, message, generation)
+        if seen.accepted_spec is None:
+            return _rejected_without_spec(seen, previous, message, generation)
+        job = HorovodJob(
+            metadata=ObjectMeta.model_validate(meta),
+            spec=seen.accepted_spec,
+            status=previous,
+        )
+        rejected_edit = f"the edit of generation {generation} is ignored: {message}"
+
+    if _spec_fixed(job):
+        job.status = None  # failed for its spec, and the spec changed: start afresh
+    permanent = [r for r in seen.refusals if r.permanent and r.generation == generation]
+    if permanent and (job.status is None or job.status.phase not in TERMINAL_PHASES):
+        return _invalid(seen, job.status, _refusal_message(permanent[0]), generation)
+
+    status = compute_status(job, seen.children, seen.now, rejected_edit)
+    plan = Plan(status=status, accepted_spec=job.spec if rejected_edit is None else None)
+    if status.phase in ("Pending", "Starting", "Running"):
+        try:
+            _ensure_children(plan, job, status, seen)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            return _invalid(
+                seen, job.status, f"spec: cannot build the job's objects: {error}", generation
+            )
+        _report_progress(plan, job, status, seen)
+    elif status.phase in ("Restarting", "Suspended"):
+        _delete_pods(plan, seen.children, lambda pod: True, with_launcher=True)
+    elif status.phase in TERMINAL_PHASES:
+        _finish(plan, job, status, seen)
+    plan.events = _events(previous, status)
+    _requeue_for_timers(plan, job, status, seen.now)
+    return plan
+
+
+def _started(status: HorovodJobStatus | None) -> bool:
+    return status is not None and (status.phase in STARTED_PHASES or status.phase == "Suspended")
+
+
+def _spec_fixed(job: HorovodJob) -> bool:
+    """A job failed for an invalid spec whose spec changed since."""
+    if job.status is None:
+        return False
+    failed = true_condition(job.status, FAILED)
+    return (
+        failed is not None
+        and failed.reason == REASON_INVALID_SPEC
+        and job.status.observed_generation != job.metadata.generation
+    )
+
+
+# --- invalid specs and rejected edits -----------------------------------------------------
+
+
+def _invalid(
+    seen: Observation, previous: HorovodJobStatus | None, message: str, generation: int
+) -> Plan:
+    """Failed/InvalidSpec: an Event, nothing of the job left, no retries until the
+    spec changes."""
+    if previous is not None and (
+        previous.phase == "Succeeded"
+        or (previous.phase == "Failed" and previous.observed_generation == generation)
+    ):
+        status = previous  # finished, or already reported for this generation
+    else:
+        status = invalid_spec_status(previous, message, generation, seen.now)
+    plan = Plan(status=status, events=_events(previous, status))
+    _delete_everything(plan, seen.children)
+    return plan
+
+
+def _rejected_without_spec(
+    seen: Observation, previous: HorovodJobStatus | None, message: str, generation: int
+) -> Plan:
+    """A started job whose spec fails validation, and no accepted spec is known
+    (the operator restarted since): touch nothing, say why."""
+    status = (previous or HorovodJobStatus()).model_copy(deep=True)
+    text = (
+        f"the edit of generation {generation} is ignored: {message}. The job's pods are "
+        f"left as they are; fix the spec to let the operator manage the job again"
+    )
+    status.conditions = set_condition(
+        status.conditions, SPEC_REJECTED, True, REASON_INVALID_SPEC, text, seen.now
+    )
+    return Plan(status=status, events=_events(previous, status))
+
+
+def _refusal_message(refusal: Refusal) -> str:
+    field, what = _REFUSED_FIELD.get(
+        (refusal.kind, refusal.role), ("metadata.name", f"{refusal.kind} {refusal.name}")
+    )
+    return f"{field}: the API server rejected the {what} ({refusal.code}): {refusal.message}"
+
+
+# --- creating ----------------------------------------------------------------------------
+
+
+def _with_replicas(job: HorovodJob, replicas: int) -> HorovodJob:
+    if replicas == job.spec.worker.replicas:
+        return job
+    worker = job.spec.worker.model_copy(update={"replicas": replicas})
+    spec = job.spec.model_copy(update={"worker": worker})
+    return job.model_copy(update={"spec": spec})
+
+
+def _ensure_children(
+    plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observation
+) -> None:
+    """Create what the attempt lacks; never an object whose name another holds."""
+    children = seen.children
+    job = _with_replicas(job, active_replicas(job.model_copy(update={"status": status})))
+    attempt = status.restarts
+
+    def want(obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"] not in children.foreign:
+            plan.creates.append(obj)
+
+    if children.secret is None and seen.keys is not None:
+        want(builders.new_ssh_secret(job, seen.keys))
+    config_map = builders.new_config_map(job)
+    if children.config_map is None:
+        want(config_map)
+    elif children.config_map.get("data") != config_map["data"] and not children.workers:
+        # A resume or restart with another shape: the new attempt gets its hostfile
+        # before its pods (a running attempt keeps the one it started with).
+        plan.config_data = config_map["data"]
+    if children.service is None:
+        want(builders.new_worker_service(job))
+
+    existing = {name_of(pod) for pod in children.workers}
+    missing = [
+        i
+        for i in range(job.spec.worker.replicas)
+        if names.worker_name(job.metadata.name, i) not in existing
+    ]
+    for index in missing:
+        want(builders.new_worker_pod(job, index, attempt))
+    if missing or children.stray_launcher_pods or children.launcher_job is not None:
+        return  # the launcher waits for the watch to show every worker
+    policy = job.spec.run_policy.launcher_creation_policy
+    if policy == "AtStartup" or all_workers_ready(status):
+        want(builders.new_launcher_job(job, attempt))
+
+
+# --- saying why a job does not progress --------------------------------------------------
+
+
+def _report_progress(
+    plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observation
+) -> None:
+    """Stalled names what blocks the job; reason and message say where it is; the
+    startup timeout ends a start that does not finish."""
+    problems = stalled.problems(plan.creates, status, seen)
+    if problems:
+        reason, message = problems[0]
+        if len(problems) > 1:
+            message += f" (and {len(problems) - 1} more problem(s) of this kind or others)"
+        status.conditions = set_condition(
+            status.conditions, STALLED, True, reason, message, seen.now
+        )
+    else:
+        clear_condition(status, STALLED, REASON_PROGRESSING, seen.now)
+    blocked = true_condition(status, STALLED)
+    if status.phase == "Running":
+        return
+    counts = status.workers
+    assert counts is not None
+    if blocked is not None:
+        status.reason, status.message = blocked.reason, blocked.message
+    elif status.phase == "Starting":
+        status.reason = REASON_STARTING_LAUNCHER
+        status.message = f"{counts.running} worker pod(s) running; waiting for the launcher"
+    else:
+        status.reason = REASON_WAITING
+        status.message = f"{counts.ready}/{counts.replicas} worker pod(s) ready"
+
+    timeout = stalled.startup_timeout(status, job.spec.run_policy.startup_timeout_seconds, seen.now)
+    if timeout is not None:
+        fail(status, REASON_STARTUP_TIMEOUT, timeout, seen.now)
+        plan.creates.clear()
+        plan.config_data = None
+        _delete_pods(plan, seen.children, lambda pod: True, with_launcher=True)
+
+
+# --- deleting ----------------------------------------------------------------------------
+
+
+def _delete_pods(plan: Plan, children: Children, select: Any, with_launcher: bool) -> None:
+    """Delete the selected worker pods (and the launcher) not already going."""
+    for pod in children.workers:
+        if not is_terminating(pod) and select(pod):
+            plan.deletes.append(Delete("Pod", name_of(pod)))
+    if with_launcher:
+        launcher = children.launcher_job
+        if launcher is not None and not is_terminating(launcher):
+            plan.deletes.append(Delete("Job", name_of(launcher), "Foreground"))
+    for pod in children.stray_launcher_pods:
+        if not is_terminating(pod):
+            plan.deletes.append(Delete("Pod", name_of(pod)))
+
+
+def _delete_everything(plan: Plan, children: Children) -> None:
+    _delete_pods(plan, children, lambda pod: True, with_launcher=True)
+    for kind, obj in (
+        ("Secret", children.secret),
+        ("ConfigMap", children.config_map),
+        ("Service", children.service),
+    ):
+        if obj is not None and not is_terminating(obj):
+            plan.deletes.append(Delete(kind, name_of(obj)))
+
+
+def _finish(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observation) -> None:
+    """cleanPodPolicy, then ttlSecondsAfterFinished."""
+    failed = true_condition(status, FAILED)
+    policy = job.spec.run_policy
+    children = seen.children
+    if failed is not None and failed.reason in _STOP_EVERYTHING:
+        # Like a batch/v1 Job past its deadline: nothing of it keeps running.
+        _delete_pods(plan, children, lambda pod: True, with_launcher=True)
+    elif policy.clean_pod_policy == "All":
+        _delete_pods(plan, children, lambda pod: True, with_launcher=True)
+    elif policy.clean_pod_policy == "Running":
+        launcher_active = any(
+            pod_phase(pod) in ("Pending", "Running") for pod in children.launcher_pods
+        )
+        _delete_pods(
+            plan,
+            children,
+            lambda pod: pod_phase(pod) in ("Pending", "Running"),
+            with_launcher=launcher_active,
+        )
+    due = due_time(status.completion_time, policy.ttl_seconds_after_finished)
+    if due is not None and seen.now >= due:
+        plan.delete_job = True
+
+
+# --- events and timers -------------------------------------------------------------------
+
+
+def _events(previous: HorovodJobStatus | None, status: HorovodJobStatus) -> list[Event]:
+    """An Event for each transition users act on: phases (not Pending/Starting, which
+    the status shows), a new reason to be stalled, a rejected edit."""
+    before = previous or HorovodJobStatus()
+    events = []
+    moved = status.phase != before.phase and status.phase is not None
+    if moved and (status.phase in _EVENT_PHASES or before.phase == "Suspended"):
+        warning = status.phase in ("Restarting", "Failed")
+        reason = status.reason or str(status.phase)
+        message = status.message or ""
+        if before.phase == "Suspended":
+            reason, message = REASON_RESUMED, "the job is resumed"
+        events.append(Event("Warning" if warning else "Normal", reason, message))
+    for type_, event_reason in ((STALLED, None), (SPEC_REJECTED, SPEC_REJECTED)):
+        now_true = true_condition(status, type_)
+        was_true = true_condition(before, type_)
+        if now_true is None:
+            continue
+        if was_true is None or (was_true.reason, was_true.message) != (
+            now_true.reason,
+            now_true.message,
+        ):
+            events.append(Event("Warning", event_reason or now_true.reason, now_true.message))
+    return events
+
+
+def _requeue_for_timers(
+    plan: Plan, job: HorovodJob, status: HorovodJobStatus, now: datetime
+) -> None:
+    policy = job.spec.run_policy
+    dues = []
+    if status.phase in ("Pending", "Starting", "Running", "Restarting"):
+        dues.append(due_time(status.start_time, policy.active_deadline_seconds))
+    if status.phase in ("Pending", "Starting"):
+        dues.append(due_time(status.attempt_start_time, policy.startup_timeout_seconds))
+    if status.phase in TERMINAL_PHASES and not plan.delete_job:
+        dues.append(due_time(status.completion_time, policy.ttl_seconds_after_finished))
+    waits = [(due - now).total_seconds() + 0.5 for due in dues if due is not None]
+    if waits:
+        plan.requeue_after = min(MAX_REQUEUE, max(0.0, min(waits)))

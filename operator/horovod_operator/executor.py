@@ -1,0 +1,406 @@
+"""Observe and act: build the decision's input from the indexes, execute its plan.
+
+What the decision function cannot know lives here, per job: which children
+were just created or deleted and are not in the watch yet (so they are not
+created twice), what the API server refused (so a refusal becomes a condition
+on the next decision, and a 403 is retried with capped backoff), the spec the
+job last ran with (for an edit that fails validation later), and the last
+status written (a status patch returns a newer body than the watch may have).
+All of it can be lost in a restart: the next decision rebuilds it from the
+cluster, at the cost of a request or two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Final
+
+from . import metrics, names
+from .api import HorovodJobStatus, parse_status
+from .children import (
+    Children,
+    controlled_by,
+    describe_owner,
+    name_of,
+    role_of,
+    sort_children,
+    uid_of,
+    waiting_to_start,
+)
+from .conditions import format_time, now_utc, parse_time
+from .kube import Kube, KubeError
+from .memory import PROGRESS_INTERVAL, Indexes, JobMemory, Key, Obj, Refused
+from .phases import progress_only, status_body
+from .plan import Delete, Event, Observation, Plan, Refusal
+from .sshkeys import generate_key_pair
+
+logger = logging.getLogger(__name__)
+
+
+# How long a child we created (or deleted) is trusted to exist (or be going)
+# before the watch shows it; after that the index is believed again.
+PENDING_WRITE_TTL: Final = 30.0
+# A 403 (quota, PodSecurity, a webhook) is retried after 1, 2, 4, ... seconds, at most this.
+MAX_REFUSAL_BACKOFF: Final = 60.0
+# A pod scheduled this long ago and still creating its containers without a
+# reason in its status gets its Warning Events read (FailedMount shows only there),
+# at most once per this interval.
+SLOW_START_SECONDS: Final = 15.0
+WARNINGS_INTERVAL: Final = 10.0
+_KNOWN_STATUS_KEYS: Final = frozenset(
+    field.alias or name for name, field in HorovodJobStatus.model_fields.items()
+)
+
+
+def _resource_version(body: Obj | None) -> int:
+    try:
+        return int((body or {}).get("metadata", {}).get("resourceVersion") or -1)
+    except ValueError:
+        return -1
+
+
+class Executor:
+    def __init__(self, kube: Kube, default_image: str | None = None) -> None:
+        self.kube = kube
+        self.default_image = default_image
+        self.indexes = Indexes()
+        self.memory: dict[Key, JobMemory] = {}
+
+    def forget(self, key: Key) -> None:
+        self.memory.pop(key, None)
+
+    # --- observing -----------------------------------------------------------------------
+
+    def job_body(self, key: Key) -> Obj | None:
+        """The freshest body of the job: the watch's, or our own last status patch."""
+        indexed = next(iter(self.indexes.jobs.get(key, ())), None)
+        memory = self.memory.get(key)
+        if indexed is None:
+            return None
+        patched = memory.patched if memory is not None else None
+        if patched is not None and memory is not None:
+            same_job = uid_of(patched) == uid_of(indexed)
+            if same_job and _resource_version(patched) > _resource_version(indexed):
+                return patched
+            memory.patched = None
+        return indexed
+
+    def _memory(self, key: Key, uid: str) -> JobMemory:
+        memory = self.memory.get(key)
+        if memory is None or memory.uid != uid:
+            memory = self.memory[key] = JobMemory(uid=uid)  # a new job of the same name
+        return memory
+
+    async def observe(self, key: Key, now_s: float) -> tuple[Observation, JobMemory] | None:
+        body = self.job_body(key)
+        if body is None:
+            self.forget(key)
+            return None
+        memory = self._memory(key, uid_of(body))
+        ix = self.indexes
+        children = sort_children(
+            memory.uid,
+            ix.pods.get(key, ()),
+            ix.launchers.get(key, ()),
+            ix.secrets.get(key, ()),
+            ix.config_maps.get(key, ()),
+            ix.services.get(key, ()),
+        )
+        self._settle(memory, children)
+        now = now_utc()
+        generation = int(body["metadata"].get("generation") or 0)
+        refusals = [
+            r.refusal
+            for r in memory.refused.values()
+            if not r.refusal.permanent or r.refusal.generation == generation
+        ]
+        seen = Observation(
+            body=body,
+            children=children,
+            now=now,
+            refusals=refusals,
+            pod_warnings=await self._pod_warnings(key, memory, children, now_s),
+            accepted_spec=memory.accepted_spec,
+            default_image=self.default_image,
+            keys=generate_key_pair() if children.secret is None else None,
+        )
+        return seen, memory
+
+    def _settle(self, memory: JobMemory, children: Children) -> None:
+        """Forget expectations the watch has caught up with, or that are too old."""
+        now = time.monotonic()
+        owned = [
+            children.secret,
+            children.config_map,
+            children.service,
+            children.launcher_job,
+            *children.workers,
+        ]
+        seen = {name_of(obj) for obj in owned if obj is not None}
+        going = {name_of(obj) for obj in owned if obj is not None and _terminating(obj)}
+        for name in [
+            n for n, t in memory.creating.items() if n in seen or now - t > PENDING_WRITE_TTL
+        ]:
+            del memory.creating[name]
+        for name in [
+            n
+            for n, t in memory.deleting.items()
+            if n not in seen or n in going or now - t > PENDING_WRITE_TTL
+        ]:
+            del memory.deleting[name]
+        for name in [n for n in memory.refused if n in seen]:
+            del memory.refused[name]
+
+    async def _pod_warnings(
+        self, key: Key, memory: JobMemory, children: Children, now_s: float
+    ) -> dict[str, tuple[str, str]]:
+        """The newest Warning Event of each pod slow to start (FailedMount, ...).
+
+        Sets memory.warnings_due: when to look again, since nothing else may
+        trigger a reconcile of a pod that only waits.
+        """
+        found: dict[str, tuple[str, str]] = {}
+        dues: list[float] = []
+        for pod in [*children.workers, *children.launcher_pods]:
+            name = name_of(pod)
+            if not waiting_to_start(pod):
+                memory.warnings.pop(name, None)
+                continue
+            waited = _waiting_for(pod)
+            if waited < SLOW_START_SECONDS:
+                dues.append(SLOW_START_SECONDS - waited)
+                continue
+            fetched_at, warning = memory.warnings.get(name, (-WARNINGS_INTERVAL, None))
+            if now_s - fetched_at >= WARNINGS_INTERVAL:
+                warning = await self._newest_warning(key[0], name)
+                fetched_at = now_s
+                memory.warnings[name] = (fetched_at, warning)
+            dues.append(fetched_at + WARNINGS_INTERVAL - now_s)
+            if warning is not None:
+                found[name] = warning
+        memory.warnings_due = max(0.5, min(dues)) if dues else None
+        return found
+
+    async def _newest_warning(self, namespace: str, pod: str) -> tuple[str, str] | None:
+        try:
+            events = await self.kube.list_events(
+                namespace, f"involvedObject.kind=Pod,involvedObject.name={pod},type=Warning"
+            )
+        except KubeError as error:
+            logger.debug("cannot read the events of pod %s/%s: %s", namespace, pod, error)
+            return None
+        if not events:
+            return None
+        newest = max(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return str(newest.get("reason") or "Warning"), str(newest.get("message") or "")
+
+    # --- acting --------------------------------------------------------------------------
+
+    async def execute(self, key: Key, body: Obj, plan: Plan, memory: JobMemory) -> float | None:
+        """Carry out `plan`; the seconds after which to look again, if any.
+
+        The status goes first: a new job's first write is its status, before any
+        child exists, and nothing is acted on when that write conflicts.
+        """
+        if plan.accepted_spec is not None:
+            memory.accepted_spec = plan.accepted_spec
+        if plan.status is not None:
+            written = await self._write_status(key, body, plan.status, memory)
+            if written is None:
+                return None
+            body = written
+        for event in plan.events:
+            await self._post_event(body, event)
+        await self._delete(key, plan.deletes, memory)
+        if plan.config_data is not None:
+            meta = body["metadata"]
+            await self.kube.merge_patch(
+                "ConfigMap",
+                meta["namespace"],
+                names.config_name(meta["name"]),
+                {"data": plan.config_data},
+            )
+        retry = await self._create(key, body, plan.creates, memory)
+        if plan.delete_job:
+            logger.info("job %s/%s: ttlSecondsAfterFinished passed, deleting it", *key)
+            await self.kube.delete_job(*key)
+        waits = [w for w in (plan.requeue_after, retry) if w is not None]
+        if memory.deferred:
+            waits.append(max(0.05, memory.last_write + PROGRESS_INTERVAL - time.monotonic()))
+        if memory.warnings_due is not None:
+            waits.append(memory.warnings_due)
+        return min(waits) if waits else None
+
+    async def _write_status(
+        self, key: Key, body: Obj, status: HorovodJobStatus, memory: JobMemory
+    ) -> Obj | None:
+        """Patch the status when it changed; the body to act on, None on a conflict."""
+        old = body.get("status") or {}
+        new = status_body(status)
+        stored = {k: v for k, v in normalized(old).items() if k in _KNOWN_STATUS_KEYS}
+        if new == stored:
+            return body
+        memory.deferred = False
+        if progress_only(stored, new) and time.monotonic() - memory.last_write < PROGRESS_INTERVAL:
+            memory.deferred = True  # written when the interval has passed, if still true
+            return body
+        patch: dict[str, Any] = {k: None for k in stored if k not in new}
+        patch.update(new)
+        meta = body["metadata"]
+        try:
+            written = await self.kube.patch_job_status(
+                meta["namespace"], meta["name"], meta.get("resourceVersion"), patch
+            )
+        except KubeError as error:
+            if error.not_found:
+                return None
+            if not error.conflict:
+                raise
+            # Our view was stale: start over from the server's current object.
+            memory.patched = await self.kube.get_job(meta["namespace"], meta["name"])
+            raise StaleView() from error
+        memory.patched = written
+        memory.last_write = time.monotonic()
+        _count_transition(key, old.get("phase"), status)
+        return written
+
+    async def _post_event(self, body: Obj, event: Event) -> None:
+        logger.info(
+            "job %s/%s: %s %s: %s",
+            body["metadata"]["namespace"],
+            body["metadata"]["name"],
+            event.type,
+            event.reason,
+            event.message,
+        )
+        await self.kube.post_event(
+            body, event.type, event.reason, event.message, format_time(now_utc())
+        )
+
+    async def _delete(self, key: Key, deletes: list[Delete], memory: JobMemory) -> None:
+        now = time.monotonic()
+        targets = [d for d in deletes if d.name not in memory.deleting]
+        for target in targets:
+            memory.deleting[target.name] = now
+        await asyncio.gather(
+            *(self.kube.delete(d.kind, key[0], d.name, d.propagation) for d in targets)
+        )
+
+    async def _create(
+        self, key: Key, body: Obj, creates: list[dict[str, Any]], memory: JobMemory
+    ) -> float | None:
+        """Create in dependency order (the pods mount the Secret and ConfigMap); the
+        seconds until a refused create may be tried again, if any."""
+        generation = int(body["metadata"].get("generation") or 0)
+        kinds = (("Secret", "ConfigMap", "Service"), ("Pod",), ("Job",))
+        for stage_kinds in kinds:
+            stage = [obj for obj in creates if obj["kind"] in stage_kinds]
+            now = time.monotonic()
+            todo = [
+                obj
+                for obj in stage
+                if obj["metadata"]["name"] not in memory.creating
+                and memory.refused.get(obj["metadata"]["name"], _NEVER).retry_at <= now
+            ]
+            results = await asyncio.gather(
+                *(self._create_one(memory, obj, generation) for obj in todo)
+            )
+            if not all(results) or any(o["metadata"]["name"] in memory.refused for o in stage):
+                break  # pods without their Secret would wait; try again after the backoff
+        retries = [r.retry_at - time.monotonic() for r in memory.refused.values()]
+        return max(0.0, min(retries)) if retries else None
+
+    async def _create_one(self, memory: JobMemory, obj: dict[str, Any], generation: int) -> bool:
+        meta = obj["metadata"]
+        kind, name = obj["kind"], meta["name"]
+        try:
+            await self.kube.create(obj)
+        except KubeError as error:
+            if error.conflict:
+                return await self._already_exists(memory, obj, generation)
+            if error.status == 403 or error.status in (400, 413, 422):
+                self._refuse(memory, obj, error.status, error.message, generation)
+                return False
+            raise
+        memory.refused.pop(name, None)
+        if kind in ("Pod", "Job"):
+            memory.creating[name] = time.monotonic()
+        return True
+
+    async def _already_exists(
+        self, memory: JobMemory, obj: dict[str, Any], generation: int
+    ) -> bool:
+        """409: ours (a create the watch has not shown yet) is fine; anyone else's is
+        never adopted or patched, only reported."""
+        meta = obj["metadata"]
+        current = await self.kube.get(obj["kind"], meta["namespace"], meta["name"])
+        if current is None or controlled_by(current, memory.uid):
+            memory.refused.pop(meta["name"], None)
+            return True
+        going = " and is being deleted" if _terminating(current) else ""
+        message = (
+            f"{obj['kind']} {meta['name']} already exists{going}; it is controlled by "
+            f"{describe_owner(current)}, not by this job. The job waits for it to go"
+        )
+        self._refuse(memory, obj, 409, message, generation)
+        return False
+
+    def _refuse(
+        self, memory: JobMemory, obj: dict[str, Any], code: int, message: str, generation: int
+    ) -> None:
+        name = obj["metadata"]["name"]
+        previous = memory.refused.get(name)
+        count = previous.count + 1 if previous is not None and previous.refusal.code == code else 1
+        backoff = min(MAX_REFUSAL_BACKOFF, 2.0 ** min(count - 1, 16))
+        memory.refused[name] = Refused(
+            Refusal(obj["kind"], name, code, message, generation, role_of(obj)),
+            count,
+            time.monotonic() + backoff,
+        )
+        metrics.API_REFUSALS.labels(kind=obj["kind"], code=str(code)).inc()
+        logger.warning("refused: %s %s (%s): %s", obj["kind"], name, code, message)
+
+
+class StaleView(Exception):
+    """A status write conflicted: reconcile again from the server's object."""
+
+
+_NEVER: Final = Refused(Refusal("", "", 0, ""), 0, float("-inf"))
+
+
+def normalized(raw: Obj) -> dict[str, Any]:
+    """A stored status in the form status_body gives, to compare them."""
+    parsed = parse_status(dict(raw)) if raw else None
+    return status_body(parsed) if parsed is not None else {}
+
+
+def _terminating(obj: Obj) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _waiting_for(pod: Obj) -> float:
+    """Seconds since the pod was scheduled (or created, when bound directly)."""
+    since = (pod.get("metadata") or {}).get("creationTimestamp")
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            since = condition.get("lastTransitionTime") or since
+    if not since:
+        return 0.0
+    return (now_utc() - parse_time(since)).total_seconds()
+
+
+def _count_transition(key: Key, before: str | None, status: HorovodJobStatus) -> None:
+    after = status.phase
+    if before == after or after is None:
+        return
+    if before is None and status.reason != "InvalidSpec":
+        metrics.JOBS_CREATED.inc()
+    if after == "Succeeded":
+        metrics.JOBS_SUCCEEDED.inc()
+    elif after == "Failed":
+        metrics.JOBS_FAILED.labels(reason=status.reason or "Unknown").inc()
+    elif after == "Restarting":
+        metrics.JOB_RESTARTS.inc()
+    logger.info("job %s/%s: %s -> %s (%s) %s", *key, before, after, status.reason, status.message)

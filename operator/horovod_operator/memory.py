@@ -1,0 +1,58 @@
+"""What the executor keeps about each job between reconciles, and kopf's indexes.
+
+All of it may be lost in a restart: the next decision rebuilds it from the
+cluster at the cost of a request or two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from .api import HorovodJobSpec
+from .plan import Refusal
+
+Key = tuple[str, str]  # (namespace, job name)
+Obj = Mapping[str, Any]
+Index = Mapping[Key, Collection[Obj]]
+
+# A change of progress alone (worker counters, Pending -> Starting, the launcher
+# created: phases.progress_only) is written at most this often per job: while
+# hundreds of pods start, every batch would otherwise cost a status patch.
+PROGRESS_INTERVAL: Final = 1.0
+
+
+@dataclass
+class Refused:
+    refusal: Refusal
+    count: int
+    retry_at: float
+
+
+@dataclass
+class JobMemory:
+    """What the executor keeps about one job (one UID) between reconciles."""
+
+    uid: str = ""
+    creating: dict[str, float] = field(default_factory=dict)
+    deleting: dict[str, float] = field(default_factory=dict)
+    refused: dict[str, Refused] = field(default_factory=dict)
+    accepted_spec: HorovodJobSpec | None = None
+    patched: Obj | None = None
+    last_write: float = -PROGRESS_INTERVAL
+    deferred: bool = False  # a progress-only status change waits for its interval
+    warnings_due: float | None = None  # when to read slow pods' Events again
+    warnings: dict[str, tuple[float, tuple[str, str] | None]] = field(default_factory=dict)
+
+
+@dataclass
+class Indexes:
+    """kopf's indexes, by (namespace, job name)."""
+
+    jobs: Index = field(default_factory=dict)
+    pods: Index = field(default_factory=dict)
+    launchers: Index = field(default_factory=dict)
+    secrets: Index = field(default_factory=dict)
+    config_maps: Index = field(default_factory=dict)
+    services: Index = field(default_factory=dict)

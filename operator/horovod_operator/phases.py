@@ -1,0 +1,346 @@
+"""The phase machine: the job and its own children in, the next status out.
+
+:func:`compute_status` reads the previous status only for what the children
+cannot tell (the restart count, the start times, when conditions moved) and
+derives the rest, so an operator restarted at any point computes the same
+status from the same cluster. What the status means for the children (create,
+delete, clean up) is decided in :mod:`horovod_operator.decide`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from .api import TERMINAL_PHASES, Failure, HorovodJob, HorovodJobStatus, WorkerCounts
+from .children import (
+    Children,
+    attempt_of,
+    current_workers,
+    launcher_failures,
+    launcher_state,
+    pod_failures,
+    pod_phase,
+    pod_ready,
+    stale_children,
+)
+from .conditions import (
+    CREATED,
+    REASON_CREATED,
+    REASON_DEADLINE,
+    REASON_INVALID_SPEC,
+    REASON_LAUNCHER_DELETED,
+    REASON_LAUNCHER_FAILED,
+    REASON_LAUNCHER_RUNNING,
+    REASON_REPLICAS_IMMUTABLE,
+    REASON_RESTARTED,
+    REASON_RESUMED,
+    REASON_SPEC_ACCEPTED,
+    REASON_SUCCEEDED,
+    REASON_SUSPENDED,
+    REASON_WORKER_FAILED,
+    RESTARTING,
+    SPEC_REJECTED,
+    SUSPENDED,
+    clear_condition,
+    enter_phase,
+    format_time,
+    parse_time,
+    set_condition,
+)
+
+
+def due_time(start: str | None, seconds: int | None) -> datetime | None:
+    """start + seconds, or None when either is unset. The API bounds both (a year
+    at most), so this never leaves datetime's range."""
+    if start is None or seconds is None:
+        return None
+    return parse_time(start) + timedelta(seconds=seconds)
+
+
+def active_replicas(job: HorovodJob) -> int:
+    """The worker count the job runs with.
+
+    Once a job started the count is fixed (status.workers.replicas): the CRD
+    refuses a change, and where it cannot (an older CRD) the change is rejected
+    with SpecRejected. A suspended or not yet started job takes the spec's count.
+    """
+    status = job.status
+    if (
+        status is not None
+        and status.workers is not None
+        and status.workers.replicas
+        and status.phase in ("Pending", "Starting", "Running", "Restarting")
+    ):
+        return status.workers.replicas
+    return job.spec.worker.replicas
+
+
+def invalid_spec_status(
+    previous: HorovodJobStatus | None, message: str, generation: int, now: datetime
+) -> HorovodJobStatus:
+    """Failed/InvalidSpec: the job never runs until its spec is fixed."""
+    status = (previous or HorovodJobStatus()).model_copy(deep=True)
+    status.observed_generation = generation
+    if status.phase != "Failed":
+        status.completion_time = format_time(now)
+    enter_phase(status, "Failed", REASON_INVALID_SPEC, message, now)
+    return status
+
+
+def fail(status: HorovodJobStatus, reason: str, message: str, now: datetime) -> HorovodJobStatus:
+    status.completion_time = format_time(now)
+    enter_phase(status, "Failed", reason, message, now)
+    return status
+
+
+def compute_status(
+    job: HorovodJob,
+    children: Children,
+    now: datetime,
+    rejected_edit: str | None = None,
+) -> HorovodJobStatus:
+    """The next status of `job` given its own children.
+
+    `rejected_edit` is the message of an edit the job ignores (its spec failed
+    validation after the job started; `job` then carries the last accepted spec).
+    """
+    previous = job.status or HorovodJobStatus()
+    status = previous.model_copy(deep=True)
+    policy = job.spec.run_policy
+
+    # A finished job is final; its pods being cleaned up must not change it.
+    if previous.phase in TERMINAL_PHASES:
+        return status
+    if rejected_edit is None:
+        status.observed_generation = job.metadata.generation
+
+    attempt = previous.restarts
+    replicas = active_replicas(job)
+    workers = current_workers(children, attempt)
+    status.workers = count_workers(workers, replicas)
+    _spec_rejection(status, job, replicas, rejected_edit, now)
+
+    if policy.suspend:
+        status.launcher = None
+        status.workers = count_workers(workers, job.spec.worker.replicas)
+        enter_phase(status, "Suspended", REASON_SUSPENDED, "the job is suspended", now)
+        return status
+    if previous.phase == "Suspended":
+        # Resumed: the deadline counts from the resumption, as for batch/v1 Jobs.
+        status.start_time = status.attempt_start_time = format_time(now)
+        status.conditions = set_condition(
+            status.conditions, SUSPENDED, False, REASON_RESUMED, "the job is resumed", now
+        )
+        status.workers = count_workers(workers, job.spec.worker.replicas)
+        status.phase = "Pending"
+
+    if status.start_time is None:
+        status.start_time = format_time(now)
+    if status.attempt_start_time is None:
+        status.attempt_start_time = status.start_time
+
+    deadline = policy.active_deadline_seconds
+    due = due_time(status.start_time, deadline)
+    if due is not None and now >= due:
+        return fail(
+            status,
+            REASON_DEADLINE,
+            f"the job ran longer than activeDeadlineSeconds ({deadline}s)",
+            now,
+        )
+
+    if previous.phase == "Restarting":
+        if stale_children(children, attempt):
+            return status
+        status.phase = "Pending"
+        status.attempt_start_time = format_time(now)
+        status.conditions = set_condition(
+            status.conditions, RESTARTING, False, REASON_RESTARTED, f"attempt {attempt} starts", now
+        )
+
+    launcher = launcher_state(children, attempt)
+    status.launcher = launcher
+    failed_workers = [pod for pod in workers if pod_phase(pod) == "Failed"]
+    failures = [f for pod in failed_workers for f in pod_failures(pod)]
+    reason = REASON_WORKER_FAILED
+    if launcher is not None and launcher.phase == "Failed":
+        failures += launcher_failures(children, launcher)
+        reason = REASON_WORKER_FAILED if failed_workers else REASON_LAUNCHER_FAILED
+    elif launcher is None and _launcher_vanished(previous, children, attempt):
+        failures.append(_deleted_launcher(previous, children))
+        reason = REASON_WORKER_FAILED if failed_workers else REASON_LAUNCHER_DELETED
+    if failures:
+        return _failed_attempt(status, failures, reason, policy.backoff_limit, now)
+
+    if launcher is not None and launcher.phase == "Succeeded":
+        status.completion_time = format_time(now)
+        enter_phase(
+            status, "Succeeded", REASON_SUCCEEDED, "the launcher completed successfully", now
+        )
+        return status
+
+    if len(workers) == replicas:
+        status.conditions = set_condition(
+            status.conditions,
+            CREATED,
+            True,
+            REASON_CREATED,
+            f"{replicas} worker pod(s) and the launcher's objects are created",
+            now,
+        )
+    if launcher is not None and launcher.phase == "Running":
+        enter_phase(status, "Running", REASON_LAUNCHER_RUNNING, "the launcher is running", now)
+    elif status.workers.running == replicas:
+        status.phase = "Starting"
+    else:
+        status.phase = "Pending"
+    return status
+
+
+def _spec_rejection(
+    status: HorovodJobStatus,
+    job: HorovodJob,
+    replicas: int,
+    rejected_edit: str | None,
+    now: datetime,
+) -> None:
+    if rejected_edit is not None:
+        status.conditions = set_condition(
+            status.conditions, SPEC_REJECTED, True, REASON_INVALID_SPEC, rejected_edit, now
+        )
+    elif replicas != job.spec.worker.replicas:
+        status.conditions = set_condition(
+            status.conditions,
+            SPEC_REJECTED,
+            True,
+            REASON_REPLICAS_IMMUTABLE,
+            f"worker.replicas cannot change on a started job ({replicas} -> "
+            f"{job.spec.worker.replicas}); elastic scaling is not supported yet. "
+            f"The job keeps {replicas} workers; suspend it or recreate it to change the count",
+            now,
+        )
+    else:
+        clear_condition(status, SPEC_REJECTED, REASON_SPEC_ACCEPTED, now)
+
+
+def _launcher_vanished(previous: HorovodJobStatus, children: Children, attempt: int) -> bool:
+    """The launcher Job of this attempt was seen (or its pods still are) and is gone.
+
+    Only the operator deletes it on purpose, and only after leaving the attempt
+    (Restarting, Suspended, finished), so here someone else did: the attempt has
+    lost its launcher. Its pods may still run; they are deleted before another
+    launcher starts.
+    """
+    if previous.launcher is not None and previous.phase in ("Starting", "Running"):
+        return True
+    return any(attempt_of(pod) == attempt for pod in children.stray_launcher_pods)
+
+
+def _deleted_launcher(previous: HorovodJobStatus, children: Children) -> Failure:
+    pods = [*children.stray_launcher_pods, *children.launcher_pods]
+    name = (previous.launcher.pod_name if previous.launcher else None) or (
+        str(pods[0]["metadata"]["name"]) if pods else "launcher"
+    )
+    return Failure(
+        pod=name,
+        container="launcher",
+        reason=REASON_LAUNCHER_DELETED,
+        message="the launcher Job was deleted while the attempt ran",
+    )
+
+
+def _failed_attempt(
+    status: HorovodJobStatus,
+    failures: list[Failure],
+    reason: str,
+    backoff_limit: int,
+    now: datetime,
+) -> HorovodJobStatus:
+    status.failures = failures
+    message = failure_message(failures)
+    if status.restarts < backoff_limit:
+        status.restarts += 1
+        status.launcher = None
+        enter_phase(
+            status,
+            "Restarting",
+            reason,
+            f"{message}; restart {status.restarts} of {backoff_limit}",
+            now,
+        )
+        return status
+    return fail(status, reason, f"{message}; backoffLimit ({backoff_limit}) reached", now)
+
+
+def failure_message(failures: list[Failure]) -> str:
+    parts = []
+    for failure in failures:
+        detail = [failure.reason or "Error"]
+        if failure.exit_code is not None:
+            detail.append(f"exit code {failure.exit_code}")
+        container = f" container {failure.container}" if failure.container else ""
+        parts.append(f"pod {failure.pod}{container} failed ({', '.join(detail)})")
+    return "; ".join(parts)
+
+
+def count_workers(workers: list[Mapping[str, Any]], replicas: int) -> WorkerCounts:
+    phases = [pod_phase(pod) for pod in workers]
+    ready = sum(1 for pod in workers if pod_phase(pod) == "Running" and pod_ready(pod))
+    return WorkerCounts(
+        replicas=replicas,
+        ready=ready,
+        running=phases.count("Running"),
+        succeeded=phases.count("Succeeded"),
+        failed=phases.count("Failed"),
+        summary=f"{ready}/{replicas}",
+    )
+
+
+def all_workers_ready(status: HorovodJobStatus) -> bool:
+    counts = status.workers
+    return counts is not None and counts.replicas > 0 and counts.ready == counts.replicas
+
+
+# --- comparing statuses ------------------------------------------------------------------
+
+# How far a start has got: worker counters, the launcher's own phase, Pending ->
+# Starting, the Created condition and the waiting reason. The reconciler may
+# hold a change of these alone for a moment, since a later change (Running, a
+# failure) often supersedes it.
+PROGRESS_PHASES: Final = frozenset({"Pending", "Starting"})
+_PROGRESS_KEYS: Final = frozenset(
+    {"workers", "launcher", "phase", "conditions", "reason", "message"}
+)
+
+
+def progress_only(stored: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when two status bodies (as status_body makes them) differ only in progress.
+
+    A first status (nothing stored) and every change of phase other than Pending
+    <-> Starting, of any condition but Created, of restarts, failures or times are
+    not progress: users and the operator's own next step wait for those.
+    """
+    if not stored:
+        return False
+    phases = {stored.get("phase"), new.get("phase")}
+    if len(phases) > 1 and not phases <= PROGRESS_PHASES:
+        return False
+    for key in set(stored) | set(new):
+        if stored.get(key) == new.get(key):
+            continue
+        if key not in _PROGRESS_KEYS:
+            return False
+        if key == "conditions" and _other_conditions(stored) != _other_conditions(new):
+            return False
+    return True
+
+
+def _other_conditions(status: Mapping[str, Any]) -> list[Any]:
+    return [c for c in status.get("conditions") or () if c.get("type") != CREATED]
+
+
+def status_body(status: HorovodJobStatus) -> dict[str, Any]:
+    """The status as the API stores it (camelCase, no nulls)."""
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")

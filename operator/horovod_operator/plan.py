@@ -1,0 +1,83 @@
+"""What the decision function reads and what it returns: plain data, no behaviour."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from .api import HorovodJobSpec, HorovodJobStatus
+from .children import Children
+from .sshkeys import KeyPair
+
+Obj = Mapping[str, Any]
+
+# Refusals that no retry can fix: the object itself is invalid (400, 422) or too
+# large for the API server (413).
+PERMANENT_CODES: Final = frozenset({400, 413, 422})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The API server refused to create a child (kept by the executor until the
+    create succeeds, the child appears, or the job's generation changes)."""
+
+    kind: str
+    name: str
+    code: int
+    message: str
+    generation: int = 0
+    role: str | None = None  # worker or launcher, for pods and the launcher Job
+
+    @property
+    def permanent(self) -> bool:
+        return self.code in PERMANENT_CODES
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything :func:`horovod_operator.decide.decide` reads."""
+
+    body: Obj  # the HorovodJob as stored
+    children: Children
+    now: datetime
+    refusals: Sequence[Refusal] = ()
+    # Warning Events of pods that wait to start without a reason in their status
+    # (FailedMount only shows there): pod name -> (reason, message).
+    pod_warnings: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # The spec this job last ran with, for an edit that fails validation later.
+    accepted_spec: HorovodJobSpec | None = None
+    default_image: str | None = None
+    # A fresh key pair, given when the job's SSH Secret does not exist.
+    keys: KeyPair | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Delete:
+    kind: str
+    name: str
+    # The launcher Job goes in the foreground: it stays (terminating) until its
+    # pod is gone, so "no launcher Job" also means "no launcher pod".
+    propagation: str = "Background"
+
+
+@dataclass
+class Plan:
+    """What to do, in this order: write the status, post the events, delete, create."""
+
+    status: HorovodJobStatus | None = None  # None: leave the status as it is
+    events: list[Event] = field(default_factory=list)
+    deletes: list[Delete] = field(default_factory=list)
+    creates: list[dict[str, Any]] = field(default_factory=list)
+    config_data: dict[str, str] | None = None  # new data of the job's ConfigMap
+    delete_job: bool = False  # ttlSecondsAfterFinished passed
+    requeue_after: float | None = None
+    accepted_spec: HorovodJobSpec | None = None  # remember this spec as accepted

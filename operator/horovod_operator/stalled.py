@@ -1,0 +1,106 @@
+"""Why a job does not progress: the problems that make it Stalled, and the startup timeout.
+
+Pure: the observation (and what the plan is about to create) in, (reason,
+message) pairs out, most important first: names held by other objects, the API
+server's refusals, then each pod the scheduler or kubelet cannot start.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from . import names
+from .api import HorovodJobStatus
+from .children import (
+    Obj,
+    attempt_of,
+    controller_of,
+    describe_owner,
+    is_terminating,
+    name_of,
+    pod_phase,
+    pod_problem,
+)
+from .conditions import REASON_CHILD_CONFLICT, REASON_CREATE_FORBIDDEN, REASON_OLD_CHILD
+from .phases import due_time
+from .plan import Observation
+
+
+def problems(
+    creates: list[dict[str, object]], status: HorovodJobStatus, seen: Observation
+) -> list[tuple[str, str]]:
+    children = seen.children
+    problems: list[tuple[str, str]] = []
+    job_name = str(seen.body["metadata"]["name"])
+    wanted = {_created_name(obj) for obj in creates}
+    needed = _needed_names(job_name, status)
+    for name in sorted(needed - wanted):
+        other = children.foreign.get(name)
+        if other is not None:
+            problems.append(_conflict(other, job_name))
+    for refusal in seen.refusals:
+        if refusal.code == 403:
+            problems.append(
+                (
+                    REASON_CREATE_FORBIDDEN,
+                    f"the API server refused to create {refusal.kind} {refusal.name}: "
+                    f"{refusal.message}; retrying with backoff",
+                )
+            )
+        elif refusal.code == 409:
+            problems.append((REASON_CHILD_CONFLICT, refusal.message))
+    for pod in [*_current(children.workers, status), *children.launcher_pods]:
+        if pod_phase(pod) != "Pending" or is_terminating(pod):
+            continue
+        found = pod_problem(pod) or seen.pod_warnings.get(name_of(pod))
+        if found is not None:
+            problems.append((found[0], f"pod {name_of(pod)}: {found[1]}"))
+    return problems
+
+
+def _created_name(obj: Obj) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def _needed_names(job: str, status: HorovodJobStatus) -> set[str]:
+    replicas = status.workers.replicas if status.workers else 0
+    return {
+        names.secret_name(job),
+        names.config_name(job),
+        names.service_name(job),
+        names.launcher_name(job),
+        *(names.worker_name(job, i) for i in range(replicas)),
+    }
+
+
+def _conflict(other: Obj, job: str) -> tuple[str, str]:
+    kind, name = other.get("kind", "object"), name_of(other)
+    controller = controller_of(other)
+    if controller is not None and controller.get("kind") == "HorovodJob":
+        same_name = controller.get("name") == job
+        if same_name or is_terminating(other):
+            return (
+                REASON_OLD_CHILD,
+                f"{kind} {name} of a previous HorovodJob named {controller.get('name')} "
+                f"(uid {controller.get('uid')}) is still being deleted; waiting for it to go",
+            )
+    return (
+        REASON_CHILD_CONFLICT,
+        f"{kind} {name} already exists and is not controlled by this job "
+        f"({describe_owner(other)}); delete or rename it so the job can create its own",
+    )
+
+
+def _current(workers: list[Obj], status: HorovodJobStatus) -> list[Obj]:
+    return [pod for pod in workers if attempt_of(pod) == status.restarts]
+
+
+def startup_timeout(status: HorovodJobStatus, timeout: int | None, now: datetime) -> str | None:
+    """The failure message when the attempt's start took too long, else None."""
+    if status.phase not in ("Pending", "Starting"):
+        return None
+    due = due_time(status.attempt_start_time, timeout)
+    if due is None or now < due:
+        return None
+    waited = status.message or "the workers"
+    return f"the attempt did not start within startupTimeoutSeconds ({timeout}s): {waited}"

@@ -1,0 +1,138 @@
+"""Validation rules beside the models: CEL rules of the CRD, child names, pod templates.
+
+Pure and dependent on nothing but the standard library, so that both the models
+(api.py) and the CRD generator (crd.py) read the same rules.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+DNS_LABEL_MAX: Final = 63
+# A DNS-1035 label: the Service `<job>-worker` must start with a letter.
+_DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+# --- CEL rules of the CRD ----------------------------------------------------------------
+
+_GPU: Final = f"'{GPU_RESOURCE}'"
+# On spec: checked on every create and update.
+SPEC_RULES: Final[list[Any]] = [
+    {
+        "rule": (
+            "!has(self.worker) || !has(self.worker.resources) || "
+            "!has(self.worker.resources.limits) || "
+            f"!({_GPU} in self.worker.resources.limits) || "
+            f"self.slotsPerWorker <= int(self.worker.resources.limits[{_GPU}])"
+        ),
+        "message": "slotsPerWorker is more than the GPUs requested per worker in "
+        "worker.resources.limits; each rank needs its own GPU",
+        "fieldPath": ".slotsPerWorker",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "self.launchMode != 'gloo'",
+        "message": "launchMode: gloo is not supported yet; use launchMode: mpi",
+        "fieldPath": ".launchMode",
+        "reason": "FieldValueInvalid",
+    },
+]
+# On the whole object: an update cannot change the shape of a started job. The
+# status seen here is the stored one (updates of the main resource cannot
+# change it), so "started" is what the operator last wrote.
+_NOT_STARTED: Final = (
+    "!has(oldSelf.status) || !has(oldSelf.status.phase) || "
+    "!(oldSelf.status.phase in ['Pending', 'Starting', 'Running', 'Restarting'])"
+)
+ROOT_RULES: Final[list[Any]] = [
+    {
+        "rule": f"{_NOT_STARTED} || "
+        "(self.spec.?worker.?replicas.orValue(1) == oldSelf.spec.?worker.?replicas.orValue(1) && "
+        "self.spec.slotsPerWorker == oldSelf.spec.slotsPerWorker && "
+        "self.spec.launchMode == oldSelf.spec.launchMode)",
+        "message": "spec.worker.replicas, spec.slotsPerWorker and spec.launchMode cannot "
+        "change while the job is started (Pending, Starting, Running, Restarting); suspend "
+        "it (spec.runPolicy.suspend: true) or recreate it to change them",
+        "fieldPath": ".spec",
+        "reason": "FieldValueForbidden",
+    },
+]
+
+
+def check_job_name(name: str, replicas: int) -> None:
+    """Raise ValueError unless every child name is a valid DNS label.
+
+    The longest names are the last worker's pod (and hostname) `<name>-worker-<n>`
+    and the launcher Job `<name>-launcher`, whose name also becomes a label value.
+    """
+    longest = max(f"{name}-worker-{replicas - 1}", f"{name}-launcher", key=len)
+    if len(longest) > DNS_LABEL_MAX:
+        room = DNS_LABEL_MAX - (len(longest) - len(name))
+        raise ValueError(
+            f"metadata.name: {name!r} is too long: child name {longest!r} has "
+            f"{len(longest)} characters, more than the {DNS_LABEL_MAX} of a DNS label; "
+            f"use at most {room} characters"
+        )
+    if not _DNS_1035_LABEL.match(name):
+        raise ValueError(
+            f"metadata.name: {name!r} must be a DNS-1035 label (lowercase letters, digits "
+            f"and '-', starting with a letter), since the worker Service is named after it"
+        )
+
+
+# --- pod templates -----------------------------------------------------------------------
+
+# Fields of a PodTemplateSpec the builders read or merge into, with the shape
+# each must have. The API server checks the rest when the pod is created.
+_LIST_OF_OBJECTS: Final = ("containers", "initContainers", "volumes", "tolerations")
+_CONTAINER_LISTS: Final = ("env", "envFrom", "volumeMounts", "ports")
+
+
+def check_template_shape(template: Any) -> None:
+    """Raise ValueError when a pod template cannot be a core/v1 PodTemplateSpec in
+    the places the builders touch (for example env written as a map)."""
+    if template is None:
+        return
+    if not isinstance(template, dict):
+        raise ValueError("must be a PodTemplateSpec object with metadata and spec")
+    for key in ("metadata", "spec"):
+        if template.get(key) is not None and not isinstance(template[key], dict):
+            raise ValueError(f"{key} must be an object")
+    metadata = template.get("metadata") or {}
+    for key in ("labels", "annotations"):
+        value = metadata.get(key)
+        if value is not None and not (
+            isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        ):
+            raise ValueError(f"metadata.{key} must be a map of strings")
+    spec = template.get("spec") or {}
+    for key in _LIST_OF_OBJECTS:
+        _check_list_of_objects(spec.get(key), f"spec.{key}")
+    for index, container in enumerate(spec.get("containers") or []):
+        where = f"spec.containers[{index}]"
+        for key in _CONTAINER_LISTS:
+            _check_list_of_objects(container.get(key), f"{where}.{key}")
+        for key in ("command", "args"):
+            value = container.get(key)
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(v, str) for v in value)
+            ):
+                raise ValueError(f"{where}.{key} must be a list of strings")
+        if container.get("resources") is not None and not isinstance(container["resources"], dict):
+            raise ValueError(f"{where}.resources must be an object")
+
+
+def _check_list_of_objects(value: Any, where: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a list of objects, got {type(value).__name__}")
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ValueError(f"{where}[{index}] must be an object, got {_json_type(item)}")
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else type(value).__name__

@@ -1,0 +1,624 @@
+"""decide(): every phase transition and every row of the edit table, without a cluster."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from horovod_operator.api import MAX_SECONDS, HorovodJobStatus, parse_job
+from horovod_operator.builders import new_config_map
+from horovod_operator.children import sort_children
+from horovod_operator.decide import decide
+from horovod_operator.phases import status_body
+from horovod_operator.plan import Delete, Event, Observation, Plan, Refusal
+from horovod_operator.sshkeys import KeyPair
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+NOW_S = "2026-01-01T12:00:00Z"
+T0 = "2026-01-01T11:59:00Z"
+KEYS = KeyPair(private_openssh="PRIVATE", public_openssh="PUBLIC")
+UID = "u-1"
+
+
+def body(status: dict[str, Any] | None = None, generation: int = 1, **spec: Any) -> dict[str, Any]:
+    run_policy = spec.pop("runPolicy", {})
+    worker = spec.pop("worker", {})
+    result: dict[str, Any] = {
+        "apiVersion": "horovod.ai/v1alpha1",
+        "kind": "HorovodJob",
+        "metadata": {"name": "j", "namespace": "ns", "uid": UID, "generation": generation},
+        "spec": {
+            "image": "img",
+            "command": ["python", "train.py"],
+            "worker": {"replicas": 2, **worker},
+            "runPolicy": {"backoffLimit": 1, **run_policy},
+            **spec,
+        },
+    }
+    if status is not None:
+        result["status"] = status
+    return result
+
+
+def owned(uid: str = UID, kind: str = "HorovodJob", name: str = "j") -> list[dict[str, Any]]:
+    return [{"kind": kind, "name": name, "uid": uid, "controller": True}]
+
+
+def worker(
+    i: int,
+    phase: str = "Running",
+    ready: bool = True,
+    attempt: int = 0,
+    uid: str = UID,
+    terminating: bool = False,
+    **status: Any,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": f"j-worker-{i}",
+        "labels": {"horovod.ai/role": "worker", "horovod.ai/attempt": str(attempt)},
+        "ownerReferences": owned(uid),
+    }
+    if terminating:
+        meta["deletionTimestamp"] = NOW_S
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    return {
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": [{"name": "worker"}]},
+        "status": {"phase": phase, "conditions": conditions, **status},
+    }
+
+
+def launcher_job(condition: str | None = None, attempt: int = 0, uid: str = UID) -> dict[str, Any]:
+    return {
+        "kind": "Job",
+        "metadata": {
+            "name": "j-launcher",
+            "uid": "lj",
+            "labels": {"horovod.ai/role": "launcher", "horovod.ai/attempt": str(attempt)},
+            "ownerReferences": owned(uid),
+        },
+        "status": {"conditions": [{"type": condition, "status": "True"}] if condition else []},
+    }
+
+
+def launcher_pod(phase: str = "Running", owner: str | None = "lj", **status: Any) -> dict[str, Any]:
+    return {
+        "kind": "Pod",
+        "metadata": {
+            "name": "j-launcher-x",
+            "labels": {
+                "horovod.ai/role": "launcher",
+                "horovod.ai/attempt": "0",
+                "horovod.ai/job-uid": UID,
+            },
+            "ownerReferences": owned(owner, "Job", "j-launcher") if owner else [],
+            "creationTimestamp": T0,
+        },
+        "spec": {"containers": [{"name": "launcher"}]},
+        "status": {"phase": phase, **status},
+    }
+
+
+def infra(uid: str = UID, terminating: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """The Secret, ConfigMap and Service, as the slim indexes keep them."""
+    result = {}
+    for key, kind, name in (
+        ("secrets", "Secret", "j-ssh"),
+        ("config_maps", "ConfigMap", "j-config"),
+        ("services", "Service", "j-worker"),
+    ):
+        meta: dict[str, Any] = {"name": name, "ownerReferences": owned(uid)}
+        if terminating:
+            meta["deletionTimestamp"] = NOW_S
+        obj: dict[str, Any] = {"kind": kind, "metadata": meta}
+        if kind == "ConfigMap":
+            job = parse_job(body())
+            obj["data"] = new_config_map(job)["data"]
+        result[key] = [obj]
+    return result
+
+
+def observe(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]] | None = None,
+    ljob: dict[str, Any] | None = None,
+    with_infra: bool = True,
+    now: datetime = NOW,
+    **extra: Any,
+) -> Observation:
+    parts = infra() if with_infra else {}
+    parts.update(extra.pop("objects", {}))
+    children = sort_children(UID, pods or [], [ljob] if ljob else [], **parts)
+    return Observation(
+        body=job,
+        children=children,
+        now=now,
+        keys=None if children.secret is not None else KEYS,
+        **extra,
+    )
+
+
+def created(plan: Plan) -> list[str]:
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.creates]
+
+
+def cond(plan: Plan, type_: str) -> tuple[str, str, str]:
+    assert plan.status is not None
+    found = next(c for c in plan.status.conditions if c.type == type_)
+    return found.status, found.reason, found.message
+
+
+def stored(plan: Plan) -> dict[str, Any]:
+    assert plan.status is not None
+    return status_body(plan.status)
+
+
+RUNNING = {
+    "phase": "Running",
+    "startTime": T0,
+    "attemptStartTime": T0,
+    "workers": {"replicas": 2},
+    "launcher": {"phase": "Running", "podName": "j-launcher-x"},
+    "observedGeneration": 1,
+}
+ALL_UP = [worker(0), worker(1), launcher_pod()]
+
+
+# --- a new job ----------------------------------------------------------------------------
+
+
+def test_first_plan_writes_the_status_then_creates_everything_but_the_launcher() -> None:
+    plan = decide(observe(body(), with_infra=False))
+    status = stored(plan)
+    assert status["phase"] == "Pending"
+    assert (status["startTime"], status["attemptStartTime"]) == (NOW_S, NOW_S)
+    assert status["observedGeneration"] == 1
+    assert status["reason"] == "WaitingForWorkers"
+    assert created(plan) == [
+        "Secret/j-ssh",
+        "ConfigMap/j-config",
+        "Service/j-worker",
+        "Pod/j-worker-0",
+        "Pod/j-worker-1",
+    ]
+    assert plan.events == [] and plan.deletes == []
+    # The startup timeout (20 minutes by default) is the next timer.
+    assert plan.requeue_after == pytest.approx(1200.5)
+
+
+def test_the_launcher_waits_for_every_worker_ready_then_is_created() -> None:
+    pending = {**RUNNING, "phase": "Pending", "launcher": None}
+    half = decide(observe(body(pending), [worker(0), worker(1, ready=False)]))
+    assert created(half) == []
+    full = decide(observe(body(pending), [worker(0), worker(1)]))
+    assert created(full) == ["Job/j-launcher"]
+    assert stored(full)["phase"] == "Starting"
+    at_startup = body(pending, runPolicy={"launcherCreationPolicy": "AtStartup"})
+    both_pending = [worker(0, "Pending"), worker(1, "Pending")]
+    assert created(decide(observe(at_startup, both_pending))) == ["Job/j-launcher"]
+
+
+# --- phase transitions --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "pods", "ljob", "phase", "events", "deletes"),
+    [
+        (
+            "launcher running",
+            {**RUNNING, "phase": "Starting", "launcher": None},
+            ALL_UP,
+            launcher_job(),
+            "Running",
+            [("Normal", "LauncherRunning")],
+            [],
+        ),
+        (
+            "launcher succeeded, cleanPodPolicy Running",
+            RUNNING,
+            [worker(0), worker(1), launcher_pod("Succeeded")],
+            launcher_job("Complete"),
+            "Succeeded",
+            [("Normal", "LauncherSucceeded")],
+            [Delete("Pod", "j-worker-0"), Delete("Pod", "j-worker-1")],
+        ),
+        (
+            "worker failed, restart",
+            RUNNING,
+            [worker(0), worker(1, "Failed", reason="OOMKilled"), launcher_pod()],
+            launcher_job(),
+            "Restarting",
+            [("Warning", "WorkerFailed")],
+            [
+                Delete("Pod", "j-worker-0"),
+                Delete("Pod", "j-worker-1"),
+                Delete("Job", "j-launcher", "Foreground"),
+            ],
+        ),
+        (
+            "worker failed, backoff spent",
+            {**RUNNING, "restarts": 1},
+            [worker(0, attempt=1), worker(1, "Failed", attempt=1)],
+            None,
+            "Failed",
+            [("Warning", "WorkerFailed")],
+            [Delete("Pod", "j-worker-0")],
+        ),
+        (
+            "restarting waits for the old attempt",
+            {**RUNNING, "phase": "Restarting", "restarts": 1, "launcher": None},
+            [worker(0, terminating=True)],
+            None,
+            "Restarting",
+            [],
+            [],
+        ),
+        (
+            "deadline from the stored startTime",
+            RUNNING,
+            ALL_UP,
+            launcher_job(),
+            "Failed",
+            [("Warning", "DeadlineExceeded")],
+            [
+                Delete("Pod", "j-worker-0"),
+                Delete("Pod", "j-worker-1"),
+                Delete("Job", "j-launcher", "Foreground"),
+            ],
+        ),
+    ],
+)
+def test_transitions(
+    case: str,
+    status: dict[str, Any],
+    pods: list[dict[str, Any]],
+    ljob: dict[str, Any] | None,
+    phase: str,
+    events: list[tuple[str, str]],
+    deletes: list[Delete],
+) -> None:
+    policy = {"activeDeadlineSeconds": 60} if case.startswith("deadline") else {}
+    plan = decide(observe(body(status, runPolicy=policy), pods, ljob))
+    assert stored(plan)["phase"] == phase, case
+    assert [(e.type, e.reason) for e in plan.events] == events, case
+    assert plan.deletes == deletes, case
+
+
+def test_restart_starts_the_next_attempt_once_the_old_one_is_gone() -> None:
+    status = {**RUNNING, "phase": "Restarting", "restarts": 1, "launcher": None}
+    plan = decide(observe(body(status), []))
+    assert stored(plan)["phase"] == "Pending"
+    assert stored(plan)["attemptStartTime"] == NOW_S
+    assert created(plan) == ["Pod/j-worker-0", "Pod/j-worker-1"]
+    assert plan.creates[0]["metadata"]["labels"]["horovod.ai/attempt"] == "1"
+
+
+def test_suspend_deletes_the_pods_and_resume_recreates_them() -> None:
+    plan = decide(observe(body(RUNNING, runPolicy={"suspend": True}), ALL_UP, launcher_job()))
+    assert stored(plan)["phase"] == "Suspended"
+    assert plan.events == [Event("Normal", "JobSuspended", "the job is suspended")]
+    assert len(plan.deletes) == 3
+    suspended = stored(plan)
+    resumed = decide(observe(body(suspended), [], now=NOW + timedelta(minutes=5)))
+    status = stored(resumed)
+    assert status["phase"] == "Pending"
+    assert status["startTime"] == "2026-01-01T12:05:00Z"  # the deadline clock restarts
+    assert resumed.events == [Event("Normal", "JobResumed", "the job is resumed")]
+    assert created(resumed) == ["Pod/j-worker-0", "Pod/j-worker-1"]
+
+
+def test_ttl_deletes_the_job_from_the_stored_completion_time() -> None:
+    done = {**RUNNING, "phase": "Succeeded", "completionTime": T0}
+    waiting = decide(observe(body(done, runPolicy={"ttlSecondsAfterFinished": 120}), []))
+    assert not waiting.delete_job and waiting.requeue_after == pytest.approx(60.5)
+    # An operator that was down when the TTL passed acts when it comes back.
+    due = decide(observe(body(done, runPolicy={"ttlSecondsAfterFinished": 30}), []))
+    assert due.delete_job
+
+
+def test_the_longest_timers_neither_overflow_nor_sleep_past_an_hour() -> None:
+    policy = {"activeDeadlineSeconds": MAX_SECONDS, "startupTimeoutSeconds": MAX_SECONDS}
+    plan = decide(observe(body(RUNNING, runPolicy=policy), ALL_UP, launcher_job()))
+    assert stored(plan)["phase"] == "Running"
+    assert plan.requeue_after == 3600.0
+    done = {**RUNNING, "phase": "Failed", "completionTime": T0}
+    ttl = decide(observe(body(done, runPolicy={"ttlSecondsAfterFinished": MAX_SECONDS}), []))
+    assert ttl.requeue_after == 3600.0 and not ttl.delete_job
+
+
+def test_a_deleted_job_is_left_to_garbage_collection() -> None:
+    job = body(RUNNING)
+    job["metadata"]["deletionTimestamp"] = NOW_S
+    assert decide(observe(job, ALL_UP, launcher_job())) == Plan()
+
+
+# --- ownership ----------------------------------------------------------------------------
+
+
+def test_pods_and_objects_of_another_owner_are_never_counted_or_adopted() -> None:
+    strangers = [worker(0, uid="other"), worker(1, uid="other")]
+    plan = decide(observe(body(), strangers, with_infra=False))
+    status = stored(plan)
+    assert status["workers"]["ready"] == 0
+    assert created(plan) == ["Secret/j-ssh", "ConfigMap/j-config", "Service/j-worker"]
+    assert cond(plan, "Stalled")[:2] == ("True", "WaitingForPreviousJob")
+    assert "Pod j-worker-0 of a previous HorovodJob named j (uid other)" in cond(plan, "Stalled")[2]
+    assert plan.deletes == []
+
+
+def test_delete_and_reapply_waits_for_the_old_children_then_runs_from_scratch() -> None:
+    old_objects = infra(uid="old", terminating=True)
+    old_pods = [worker(0, uid="old", terminating=True), worker(1, uid="old")]
+    plan = decide(
+        observe(body(), old_pods, launcher_job("Complete", uid="old"), False, objects=old_objects)
+    )
+    assert stored(plan)["phase"] == "Pending"  # never Succeeded from the old launcher
+    assert created(plan) == []
+    assert cond(plan, "Stalled")[1] == "WaitingForPreviousJob"
+    assert plan.events[0].reason == "WaitingForPreviousJob"
+    fresh = decide(observe(body(stored(plan)), [], with_infra=False))
+    assert len(created(fresh)) == 5
+    assert cond(fresh, "Stalled")[:2] == ("False", "Progressing")
+
+
+def test_a_foreign_object_with_the_name_of_a_child_is_a_conflict() -> None:
+    secret = {"kind": "Secret", "metadata": {"name": "j-ssh", "ownerReferences": []}}
+    plan = decide(observe(body(), [], with_infra=False, objects={"secrets": [secret]}))
+    assert "Secret/j-ssh" not in created(plan)
+    status, reason, message = cond(plan, "Stalled")
+    assert (status, reason) == ("True", "ChildConflict")
+    assert "Secret j-ssh already exists and is not controlled by this job (no controller)" in (
+        message
+    )
+
+
+def test_a_vanished_launcher_job_fails_the_attempt_and_its_pod_goes_first() -> None:
+    stray = launcher_pod(owner=None)
+    plan = decide(observe(body(RUNNING), [worker(0), worker(1), stray]))
+    status = stored(plan)
+    assert status["phase"] == "Restarting"
+    assert status["failures"][0]["reason"] == "LauncherDeleted"
+    assert Delete("Pod", "j-launcher-x") in plan.deletes
+    # No new launcher while the old pod exists, even with every worker ready.
+    pending = {**status, "phase": "Pending", "restarts": 1}
+    again = decide(observe(body(pending), [worker(0, attempt=1), worker(1, attempt=1), stray]))
+    assert "Job/j-launcher" not in created(again)
+
+
+# --- refusals and stuck states ------------------------------------------------------------
+
+
+def test_a_403_becomes_stalled_with_the_servers_message_and_a_warning() -> None:
+    refusal = Refusal("Pod", "j-worker-1", 403, "exceeded quota: q, requested: pods=1", 1, "worker")
+    plan = decide(observe(body(), [worker(0)], refusals=[refusal]))
+    status, reason, message = cond(plan, "Stalled")
+    assert (status, reason) == ("True", "CreateForbidden")
+    assert "Pod j-worker-1: exceeded quota: q" in message
+    assert stored(plan)["reason"] == "CreateForbidden"
+    assert plan.events == [Event("Warning", "CreateForbidden", message)]
+    # The same problem again posts no second Event.
+    again = decide(observe(body(stored(plan)), [worker(0)], refusals=[refusal]))
+    assert again.events == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "role", "field"),
+    [
+        ("Pod", "worker", "spec.worker.template: the API server rejected the worker pod (422)"),
+        ("Job", "launcher", "spec.launcher.template: the API server rejected the launcher Job"),
+        ("ConfigMap", None, "spec.worker.replicas: the API server rejected the ConfigMap"),
+    ],
+)
+def test_a_permanent_refusal_fails_the_job_and_leaves_nothing(
+    kind: str, role: str | None, field: str
+) -> None:
+    refusal = Refusal(kind, "x", 422 if kind != "ConfigMap" else 413, "bad", 1, role)
+    plan = decide(observe(body(), [worker(0)], refusals=[refusal]))
+    status = stored(plan)
+    assert status["phase"] == "Failed" and status["reason"] == "InvalidSpec"
+    assert field in status["message"]
+    assert {d.name for d in plan.deletes} == {"j-worker-0", "j-ssh", "j-config", "j-worker"}
+    assert plan.creates == []
+    # A refusal of an older generation is gone once the spec changed.
+    fixed = decide(observe(body(status, generation=2), [], False, refusals=[refusal]))
+    assert stored(fixed)["phase"] == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("pod_status", "reason", "text"),
+    [
+        (
+            {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+                    }
+                ]
+            },
+            "Unschedulable",
+            "pod j-worker-1: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+        ),
+        (
+            {
+                "containerStatuses": [
+                    {
+                        "name": "worker",
+                        "state": {
+                            "waiting": {"reason": "ImagePullBackOff", "message": "Back-off x"}
+                        },
+                    }
+                ]
+            },
+            "ImagePullBackOff",
+            "pod j-worker-1: container worker: Back-off x",
+        ),
+        (
+            {
+                "containerStatuses": [
+                    {
+                        "name": "worker",
+                        "state": {
+                            "waiting": {
+                                "reason": "CreateContainerConfigError",
+                                "message": 'secret "s" not found',
+                            }
+                        },
+                    }
+                ]
+            },
+            "CreateContainerConfigError",
+            'secret "s" not found',
+        ),
+    ],
+)
+def test_stuck_pods_are_named(pod_status: dict[str, Any], reason: str, text: str) -> None:
+    stuck = worker(1, "Pending", ready=False)
+    stuck["status"].update(pod_status)
+    plan = decide(observe(body({**RUNNING, "phase": "Pending"}), [worker(0), stuck]))
+    status, found_reason, message = cond(plan, "Stalled")
+    assert (status, found_reason) == ("True", reason)
+    assert text in message
+    assert (stored(plan)["reason"], plan.events[0].reason) == (reason, reason)
+
+
+def test_failed_mount_comes_from_the_pods_warning_events() -> None:
+    warnings = {"j-worker-1": ("FailedMount", 'MountVolume.SetUp failed: secret "x" not found')}
+    pods = [worker(0), worker(1, "Pending", ready=False)]
+    plan = decide(observe(body({**RUNNING, "phase": "Pending"}), pods, pod_warnings=warnings))
+    assert cond(plan, "Stalled")[1] == "FailedMount"
+    assert "pod j-worker-1: MountVolume.SetUp failed" in cond(plan, "Stalled")[2]
+
+
+def test_startup_timeout_fails_the_job_naming_what_it_waited_for() -> None:
+    stuck = worker(1, "Pending", ready=False)
+    stuck["status"]["conditions"].append(
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no GPU"}
+    )
+    status = {**RUNNING, "phase": "Pending", "attemptStartTime": "2026-01-01T11:00:00Z"}
+    plan = decide(
+        observe(body(status, runPolicy={"startupTimeoutSeconds": 600}), [worker(0), stuck])
+    )
+    result = stored(plan)
+    assert (result["phase"], result["reason"]) == ("Failed", "StartupTimeout")
+    assert (
+        "did not start within startupTimeoutSeconds (600s): pod j-worker-1: no GPU"
+        in (result["message"])
+    )
+    assert {d.name for d in plan.deletes} == {"j-worker-0", "j-worker-1"}
+    assert plan.creates == []
+
+
+# --- edits --------------------------------------------------------------------------------
+
+BAD_TEMPLATE = {"template": {"spec": {"containers": [None]}}}
+
+
+def test_edit_row_invalid_before_start_fails_with_invalid_spec() -> None:
+    plan = decide(observe(body(worker=BAD_TEMPLATE), with_infra=False))
+    status = stored(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
+    assert (
+        "spec.worker.template: spec.containers[0] must be an object, got null"
+        in (status["message"])
+    )
+    assert plan.creates == [] and plan.events[0] == Event(
+        "Warning", "InvalidSpec", status["message"]
+    )
+
+
+def test_edit_row_invalid_while_running_is_rejected_and_the_job_runs_on() -> None:
+    accepted = parse_job(body()).spec
+    edited = body(RUNNING, generation=2, worker=BAD_TEMPLATE)
+    plan = decide(observe(edited, ALL_UP, launcher_job(), accepted_spec=accepted))
+    status = stored(plan)
+    assert status["phase"] == "Running"
+    assert status["observedGeneration"] == 1  # the edit is not acted on
+    rejected = cond(plan, "SpecRejected")
+    assert rejected[:2] == ("True", "InvalidSpec")
+    assert "the edit of generation 2 is ignored: spec.worker.template" in rejected[2]
+    assert plan.deletes == [] and plan.creates == []
+    assert plan.events == [Event("Warning", "SpecRejected", rejected[2])]
+    assert plan.accepted_spec is None
+
+
+def test_edit_row_invalid_while_running_after_an_operator_restart_touches_nothing() -> None:
+    edited = body(RUNNING, generation=2, worker=BAD_TEMPLATE)
+    plan = decide(observe(edited, ALL_UP, launcher_job()))
+    assert stored(plan)["phase"] == "Running"
+    assert cond(plan, "SpecRejected")[0] == "True"
+    assert plan.deletes == [] and plan.creates == [] and plan.requeue_after is None
+
+
+def test_edit_row_replicas_while_running_without_the_crd_rule() -> None:
+    plan = decide(
+        observe(body(RUNNING, generation=2, worker={"replicas": 3}), ALL_UP, launcher_job())
+    )
+    assert stored(plan)["phase"] == "Running"
+    assert stored(plan)["workers"]["replicas"] == 2
+    assert cond(plan, "SpecRejected")[1] == "ReplicasImmutable"
+    assert plan.deletes == [] and plan.creates == []
+
+
+def test_edit_row_fixing_a_rejected_edit_clears_the_condition() -> None:
+    rejected = decide(
+        observe(
+            body(RUNNING, generation=2, worker=BAD_TEMPLATE),
+            ALL_UP,
+            launcher_job(),
+            accepted_spec=parse_job(body()).spec,
+        )
+    )
+    fixed = decide(observe(body(stored(rejected), generation=3), ALL_UP, launcher_job()))
+    assert cond(fixed, "SpecRejected")[:2] == ("False", "SpecAccepted")
+    assert stored(fixed)["observedGeneration"] == 3
+
+
+def test_edit_row_image_while_running_applies_to_the_next_attempt_only() -> None:
+    plan = decide(observe(body(RUNNING, generation=2, image="img:2"), ALL_UP, launcher_job()))
+    assert plan.deletes == [] and plan.creates == []
+    restart = {**RUNNING, "phase": "Restarting", "restarts": 1, "launcher": None}
+    next_attempt = decide(observe(body(restart, generation=2, image="img:2"), []))
+    assert next_attempt.creates[0]["spec"]["containers"][0]["image"] == "img:2"
+
+
+def test_edit_row_suspended_job_takes_a_new_replica_count_at_resume() -> None:
+    suspended = {**RUNNING, "phase": "Suspended", "launcher": None}
+    plan = decide(observe(body(suspended, worker={"replicas": 3}), []))
+    assert len(created(plan)) == 3
+    assert plan.config_data is not None and "j-worker-2" in plan.config_data["hostfile"]
+
+
+def test_edit_row_finished_job_ignores_edits() -> None:
+    done = {**RUNNING, "phase": "Succeeded", "completionTime": T0}
+    plan = decide(observe(body(done, generation=5, image="other"), []))
+    assert stored(plan) == status_body(HorovodJobStatus.model_validate(done))
+    invalid = decide(observe(body(done, generation=5, worker=BAD_TEMPLATE), []))
+    assert stored(invalid)["phase"] == "Succeeded"
+
+
+def test_edit_row_fixed_spec_after_invalid_spec_starts_afresh() -> None:
+    failed = stored(decide(observe(body(worker=BAD_TEMPLATE), with_infra=False)))
+    plan = decide(observe(body(failed, generation=2), with_infra=False))
+    assert stored(plan)["phase"] == "Pending"
+    assert len(created(plan)) == 5
+
+
+def test_status_of_a_newer_release_is_tolerated() -> None:
+    newer = {**RUNNING, "elastic": {"size": 3}, "restarts": 0, "workers": {"replicas": 2, "x": 1}}
+    plan = decide(observe(body(newer), ALL_UP, launcher_job()))
+    assert stored(plan)["phase"] == "Running"
+    assert plan.deletes == []
+
+
+def test_the_config_map_follows_a_new_shape_only_between_attempts() -> None:
+    suspended = {**RUNNING, "phase": "Suspended", "launcher": None}
+    resumed = decide(observe(body(suspended, slotsPerWorker=2), []))
+    assert resumed.config_data is not None and "slots=2" in resumed.config_data["hostfile"]
+    running = decide(observe(body(RUNNING, slotsPerWorker=2), ALL_UP, launcher_job()))
+    assert running.config_data is None

@@ -1,0 +1,215 @@
+"""The reconcile loop over a recording fake of the kube layer: order of writes,
+409s read and never adopted, 403s retried with backoff, conflicts on status.
+
+The behaviour against the real API server is in tests/integration; this checks
+the executor's bookkeeping quickly and exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from horovod_operator.executor import StaleView
+from horovod_operator.kube import KubeError
+from horovod_operator.reconciler import Reconciler, retry_delay
+
+KEY = ("ns", "j")
+JOB = {
+    "apiVersion": "horovod.ai/v1alpha1",
+    "kind": "HorovodJob",
+    "metadata": {
+        "name": "j",
+        "namespace": "ns",
+        "uid": "u-1",
+        "generation": 1,
+        "resourceVersion": "1",
+    },
+    "spec": {"image": "img", "command": ["c"], "worker": {"replicas": 2}},
+}
+
+
+class FakeKube:
+    """Records every call; answers creates from `refuse` and `existing`."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+        self.refuse: dict[str, KubeError] = {}
+        self.existing: dict[str, dict[str, Any]] = {}
+        self.status_conflict = False
+        self.events: list[tuple[str, str]] = []
+
+    async def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        self.calls.append(("create", obj["kind"], name))
+        if name in self.refuse:
+            raise self.refuse[name]
+        if name in self.existing:
+            raise KubeError(409, "AlreadyExists", f"{name} already exists")
+        return obj
+
+    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append(("get", kind, name))
+        return self.existing.get(name)
+
+    async def delete(self, kind: str, namespace: str, name: str, propagation: str = "") -> None:
+        self.calls.append(("delete", kind, name))
+
+    async def merge_patch(self, kind: str, namespace: str, name: str, patch: Any) -> Any:
+        self.calls.append(("patch", kind, name))
+        return {}
+
+    async def patch_job_status(
+        self, namespace: str, name: str, resource_version: str | None, status: Any
+    ) -> dict[str, Any]:
+        self.calls.append(("status", "HorovodJob", name))
+        if self.status_conflict:
+            raise KubeError(409, "Conflict", "the object has been modified")
+        body = copy.deepcopy(JOB)
+        body["status"] = {k: v for k, v in status.items() if v is not None}
+        body["metadata"]["resourceVersion"] = str(int(resource_version or "1") + 1)
+        return body
+
+    async def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        self.calls.append(("get", "HorovodJob", name))
+        return copy.deepcopy(JOB)
+
+    async def delete_job(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete", "HorovodJob", name))
+
+    async def post_event(self, job: Mapping[str, Any], type_: str, reason: str, *_: Any) -> None:
+        self.events.append((type_, reason))
+
+    async def list_events(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return []
+
+
+def reconciler(kube: FakeKube) -> Reconciler:
+    loop = Reconciler(kube)  # type: ignore[arg-type]
+    empty: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    loop.bind(
+        {
+            "hvjob_bodies": {KEY: [JOB]},
+            "hvjob_pods": empty,
+            "hvjob_launchers": empty,
+            "hvjob_secrets": empty,
+            "hvjob_config_maps": empty,
+            "hvjob_services": empty,
+        }
+    )
+    return loop
+
+
+def writes(kube: FakeKube) -> list[tuple[str, str, str]]:
+    return [c for c in kube.calls if c[0] != "get"]
+
+
+def test_the_first_write_is_the_status_then_the_children_in_order() -> None:
+    kube = FakeKube()
+    asyncio.run(reconciler(kube).reconcile(KEY))
+    assert writes(kube) == [
+        ("status", "HorovodJob", "j"),
+        ("create", "Secret", "j-ssh"),
+        ("create", "ConfigMap", "j-config"),
+        ("create", "Service", "j-worker"),
+        ("create", "Pod", "j-worker-0"),
+        ("create", "Pod", "j-worker-1"),
+    ]
+
+
+def test_a_taken_name_is_read_reported_and_never_adopted() -> None:
+    kube = FakeKube()
+    kube.existing["j-worker-0"] = {
+        "kind": "Pod",
+        "metadata": {
+            "name": "j-worker-0",
+            "ownerReferences": [
+                {"controller": True, "kind": "ReplicaSet", "name": "rs", "uid": "x"}
+            ],
+        },
+    }
+    loop = reconciler(kube)
+
+    async def twice() -> None:
+        await loop.reconcile(KEY)
+        await loop.reconcile(KEY)
+
+    asyncio.run(twice())
+    assert ("get", "Pod", "j-worker-0") in kube.calls
+    assert not [c for c in kube.calls if c[0] in ("patch", "delete")]
+    memory = loop.executor.memory[KEY]
+    assert memory.patched is not None
+    stalled = next(c for c in memory.patched["status"]["conditions"] if c["type"] == "Stalled")
+    assert stalled["reason"] == "ChildConflict"
+    assert "controlled by ReplicaSet rs (uid x), not by this job" in stalled["message"]
+    assert ("Warning", "ChildConflict") in kube.events
+    # Within its backoff the refused create is not sent again.
+    assert kube.calls.count(("create", "Pod", "j-worker-0")) == 1
+
+
+def test_a_403_is_retried_only_after_its_backoff() -> None:
+    kube = FakeKube()
+    kube.refuse["j-worker-1"] = KubeError(403, "Forbidden", "exceeded quota: q")
+    loop = reconciler(kube)
+
+    async def run() -> float | None:
+        first = await loop.reconcile(KEY)
+        assert first is not None and 0 < first <= 1.0
+        await loop.reconcile(KEY)  # at once: the create waits for its backoff
+        return await loop.reconcile(KEY)
+
+    asyncio.run(run())
+    assert kube.calls.count(("create", "Pod", "j-worker-1")) == 1
+    assert kube.events == [("Warning", "CreateForbidden")]
+
+
+def test_a_permanent_refusal_fails_the_job_and_removes_what_was_created() -> None:
+    kube = FakeKube()
+    kube.refuse["j-worker-1"] = KubeError(422, "Invalid", "spec.containers[0].name: Invalid value")
+    loop = reconciler(kube)
+
+    async def run() -> None:
+        await loop.reconcile(KEY)
+        # The watch now shows what was created.
+        owner = [{"controller": True, "kind": "HorovodJob", "name": "j", "uid": "u-1"}]
+        pod = {
+            "kind": "Pod",
+            "metadata": {
+                "name": "j-worker-0",
+                "ownerReferences": owner,
+                "labels": {"horovod.ai/role": "worker", "horovod.ai/attempt": "0"},
+            },
+        }
+        secret = {"kind": "Secret", "metadata": {"name": "j-ssh", "ownerReferences": owner}}
+        loop.executor.indexes.pods = {KEY: [pod]}
+        loop.executor.indexes.secrets = {KEY: [secret]}
+        await loop.reconcile(KEY)
+
+    asyncio.run(run())
+    assert ("delete", "Pod", "j-worker-0") in kube.calls
+    assert ("delete", "Secret", "j-ssh") in kube.calls
+    assert kube.events == [("Warning", "InvalidSpec")]
+
+
+def test_a_status_conflict_stops_the_reconcile_and_rereads_the_job() -> None:
+    kube = FakeKube()
+    kube.status_conflict = True
+    loop = reconciler(kube)
+
+    async def run() -> None:
+        try:
+            await loop.reconcile(KEY)
+        except StaleView:
+            return
+        raise AssertionError("a conflict must raise StaleView")
+
+    asyncio.run(run())
+    assert writes(kube) == [("status", "HorovodJob", "j")]  # nothing created on a stale view
+    assert ("get", "HorovodJob", "j") in kube.calls
+
+
+def test_retry_delay_is_capped_and_never_overflows() -> None:
+    assert [retry_delay(n) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]
+    assert retry_delay(10_000) == 60.0
