@@ -709,6 +709,24 @@ class Cluster:
             if not quiet:
                 log(f"removed {self.layout.root}")
 
+    def restart(self, name: str) -> None:
+        """Stop one component (SIGTERM) and start it again on the same state: what an
+        upgrade or a crash-looping control plane does to the operators using it."""
+        comp = next(c for c in self._known_components() if c.name == name)
+        pid = self.running().get(name)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while _pid_alive(pid, comp.argv[0]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _pid_alive(pid, comp.argv[0]):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        proc = self._start(comp)
+        self._wait_ready(comp, proc)
+        log(f"{name} restarted (pid {proc.pid})")
+
     def status(self) -> dict[str, object]:
         alive = self.running()
         return {

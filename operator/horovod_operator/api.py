@@ -150,6 +150,58 @@ class LauncherSpec(_Model):
         return value
 
 
+class OnExitCodes(_Model):
+    """Matches a failed container by its exit code."""
+
+    container_name: str | None = Field(
+        default=None, description="Only this container (worker or launcher); default: any."
+    )
+    operator: Literal["In", "NotIn"] = Field(description="In or NotIn the values.")
+    values: list[int] = Field(
+        min_length=1, max_length=255, description="Exit codes; 0 never matches NotIn."
+    )
+
+
+class OnPodCondition(_Model):
+    """Matches a failed pod by a condition it carries, e.g. DisruptionTarget."""
+
+    type: str = Field(description="Pod condition type, e.g. DisruptionTarget.")
+    status: Literal["True", "False", "Unknown"] = Field(default="True", description="Its status.")
+
+
+class PodFailurePolicyRule(_Model):
+    """One rule: an action, and what it matches (exit codes or pod conditions)."""
+
+    action: Literal["Ignore", "Count", "FailJob"] = Field(
+        description="Ignore: restart without counting against backoffLimit. Count: restart "
+        "and count. FailJob: fail the job at once."
+    )
+    on_exit_codes: OnExitCodes | None = Field(default=None, description="Match by exit code.")
+    on_pod_conditions: list[OnPodCondition] | None = Field(
+        default=None, max_length=20, description="Match by pod conditions (any of them)."
+    )
+
+    @model_validator(mode="after")
+    def _one_matcher(self) -> PodFailurePolicyRule:
+        if (self.on_exit_codes is None) == (self.on_pod_conditions is None):
+            raise ValueError("set exactly one of onExitCodes and onPodConditions")
+        return self
+
+
+class PodFailurePolicy(_Model):
+    """What a failed pod means for the job, like batch/v1 Job's podFailurePolicy.
+
+    The first rule matching a failed pod decides. When none matches, a disruption
+    (DisruptionTarget condition: preemption, eviction, drain; a pod evicted by
+    the kubelet; a pod deleted by anyone but the operator) restarts the job
+    without counting, and any other failure counts against backoffLimit.
+    """
+
+    rules: list[PodFailurePolicyRule] = Field(
+        default_factory=list, max_length=20, description="Rules, first match wins."
+    )
+
+
 class RunPolicy(_Model):
     """How the job runs, restarts, finishes and is cleaned up."""
 
@@ -157,7 +209,11 @@ class RunPolicy(_Model):
         default=3,
         ge=0,
         le=MAX_BACKOFF_LIMIT,
-        description="Restarts allowed after a failure before the job fails.",
+        description="Counted restarts allowed before the job fails (disruptions and "
+        "failures a podFailurePolicy rule ignores are not counted).",
+    )
+    pod_failure_policy: PodFailurePolicy | None = Field(
+        default=None, description="What failed pods mean: ignore, count or fail the job."
     )
     active_deadline_seconds: int | None = Field(
         default=None,
@@ -351,7 +407,14 @@ class HorovodJobStatus(_StatusModel):
         description="Why the job is in its phase, or what it waits for (kubectl get shows it).",
     )
     message: str | None = Field(default=None, description="The detail of reason.")
-    restarts: int = Field(default=0, description="Restarts done so far.")
+    restarts: int = Field(
+        default=0, description="Restarts done so far (the current attempt's number)."
+    )
+    uncounted_restarts: int = Field(
+        default=0,
+        description="Restarts after disruptions or ignored failures; restarts minus these "
+        "count against backoffLimit.",
+    )
     start_time: str | None = Field(
         default=None,
         description="When the job started (or was last resumed); activeDeadlineSeconds "

@@ -161,6 +161,31 @@ def pod_failures(pod: Obj) -> list[Failure]:
     return failures
 
 
+# Pod reasons a kubelet or a node shutdown writes on a pod it stopped for its own reasons.
+DISRUPTION_POD_REASONS: Final = frozenset({"Evicted", "Preempting", "Shutdown", "Terminated"})
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+
+
+def has_condition(pod: Obj, type_: str, status: str = "True") -> bool:
+    return any(
+        c.get("type") == type_ and c.get("status") == status
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
+
+
+def disruption_of(pod: Obj) -> str | None:
+    """Why the cluster, not the job, stopped this pod (None if it did not).
+
+    DisruptionTarget is set by preemption, the Eviction API (drains), the taint
+    manager and the kubelet; older kubelets only set the pod reason Evicted.
+    """
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == DISRUPTION_TARGET and condition.get("status") == "True":
+            return str(condition.get("reason") or DISRUPTION_TARGET)
+    reason = (pod.get("status") or {}).get("reason")
+    return str(reason) if reason in DISRUPTION_POD_REASONS else None
+
+
 def pod_problem(pod: Obj) -> tuple[str, str] | None:
     """Why a pod that should start cannot: (reason, message), or None.
 
@@ -262,6 +287,12 @@ def sort_children(
 
 
 # --- the current attempt -----------------------------------------------------------------
+
+
+def deleted_workers(children: Children, attempt: int) -> list[Obj]:
+    """Worker pods of this attempt that someone deleted (the operator deletes only
+    pods of attempts it has left)."""
+    return [pod for pod in children.workers if attempt_of(pod) == attempt and is_terminating(pod)]
 
 
 def current_workers(children: Children, attempt: int) -> list[Obj]:

@@ -30,6 +30,8 @@ REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_WORKER_FAILED: Final = "WorkerFailed"
 REASON_LAUNCHER_FAILED: Final = "LauncherFailed"
 REASON_LAUNCHER_DELETED: Final = "LauncherDeleted"
+REASON_POD_DELETED: Final = "PodDeleted"
+REASON_FAIL_JOB: Final = "PodFailurePolicy"
 REASON_DEADLINE: Final = "DeadlineExceeded"
 REASON_STARTUP_TIMEOUT: Final = "StartupTimeout"
 REASON_SUCCEEDED: Final = "LauncherSucceeded"
@@ -86,34 +88,16 @@ def set_condition(
 ) -> list[Condition]:
     """Conditions with `type_` set; lastTransitionTime moves only when status changes."""
     value: Literal["True", "False"] = "True" if status else "False"
-    result = []
-    found = False
-    for condition in conditions:
-        if condition.type != type_:
-            result.append(condition)
-            continue
-        found = True
-        moved = condition.status != value
-        result.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                last_transition_time=format_time(now) if moved else condition.last_transition_time,
-            )
-        )
-    if not found:
-        result.append(
-            Condition(
-                type=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                last_transition_time=format_time(now),
-            )
-        )
-    return result
+    previous = next((c for c in conditions if c.type == type_), None)
+    since = format_time(now)
+    if previous is not None and previous.status == value:
+        since = previous.last_transition_time
+    updated = Condition(
+        type=type_, status=value, reason=reason, message=message, last_transition_time=since
+    )
+    if previous is None:
+        return [*conditions, updated]
+    return [updated if c.type == type_ else c for c in conditions]
 
 
 def condition_of(status: HorovodJobStatus, type_: str) -> Condition | None:

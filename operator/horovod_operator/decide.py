@@ -30,6 +30,7 @@ from .api import (
 from .children import (
     Children,
     is_terminating,
+    metadata_of,
     name_of,
     pod_phase,
 )
@@ -45,6 +46,7 @@ from .conditions import (
     SPEC_REJECTED,
     STALLED,
     clear_condition,
+    parse_time,
     set_condition,
     true_condition,
 )
@@ -57,6 +59,7 @@ from .phases import (
     invalid_spec_status,
 )
 from .plan import Delete, Event, Observation, Plan, Refusal
+from .validation import template_policy_violations
 
 # Timers further away than this are re-checked then (a long deadline costs one
 # cheap reconcile an hour instead of a timer that outlives its reason).
@@ -95,6 +98,16 @@ def decide(seen: Observation) -> Plan:
         )
         rejected_edit = f"the edit of generation {generation} is ignored: {message}"
 
+    if rejected_edit is None and seen.restrict_templates:
+        refused = policy_violations(job)
+        if refused:
+            message = "; ".join(refused)
+            if not _started(previous):
+                return _invalid(seen, previous, message, generation)
+            if seen.accepted_spec is None:
+                return _rejected_without_spec(seen, previous, message, generation)
+            job = job.model_copy(update={"spec": seen.accepted_spec})
+            rejected_edit = f"the edit of generation {generation} is ignored: {message}"
     if _spec_fixed(job):
         job.status = None  # failed for its spec, and the spec changed: start afresh
     permanent = [r for r in seen.refusals if r.permanent and r.generation == generation]
@@ -117,7 +130,17 @@ def decide(seen: Observation) -> Plan:
         _finish(plan, job, status, seen)
     plan.events = _events(previous, status)
     _requeue_for_timers(plan, job, status, seen.now)
+    _force_delete_stuck_pods(plan, seen)
     return plan
+
+
+def policy_violations(job: HorovodJob) -> list[str]:
+    """The opt-in template policy's refusals for both templates."""
+    name = job.metadata.name
+    return [
+        *template_policy_violations(name, "spec.worker.template", job.spec.worker.template),
+        *template_policy_violations(name, "spec.launcher.template", job.spec.launcher.template),
+    ]
 
 
 def _started(status: HorovodJobStatus | None) -> bool:
@@ -284,6 +307,35 @@ def _delete_pods(plan: Plan, children: Children, select: Any, with_launcher: boo
     for pod in children.stray_launcher_pods:
         if not is_terminating(pod):
             plan.deletes.append(Delete("Pod", name_of(pod)))
+
+
+def _force_delete_stuck_pods(plan: Plan, seen: Observation) -> None:
+    """A pod still terminating well past its grace period is on a node that stopped
+    answering; the pod GC would only remove it much later. Like `kubectl delete
+    --force`, grace period 0 removes the object; the node, if it comes back, kills
+    what is left of it."""
+    waits = []
+    for pod in seen.children.all_pods():
+        since = metadata_of(pod).get("deletionTimestamp")
+        if not since:
+            continue
+        overdue = (seen.now - parse_time(str(since))).total_seconds() - seen.stuck_pod_grace
+        if overdue < 0:
+            waits.append(-overdue + 0.5)
+            continue
+        node = (pod.get("spec") or {}).get("nodeName") or "no node"
+        plan.deletes.append(
+            Delete(
+                "Pod",
+                name_of(pod),
+                grace_period=0,
+                warning=f"pod {name_of(pod)} was still terminating {int(overdue)}s past its "
+                f"grace period (node {node} not responding); force-deleted",
+            )
+        )
+    if waits:
+        soonest = min(waits)
+        plan.requeue_after = min(plan.requeue_after or soonest, soonest)
 
 
 def _delete_everything(plan: Plan, children: Children) -> None:

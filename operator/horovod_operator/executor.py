@@ -62,9 +62,17 @@ def _resource_version(body: Obj | None) -> int:
 
 
 class Executor:
-    def __init__(self, kube: Kube, default_image: str | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        default_image: str | None = None,
+        stuck_pod_grace: float = 60.0,
+        restrict_templates: bool = False,
+    ) -> None:
         self.kube = kube
+        self.restrict_templates = restrict_templates
         self.default_image = default_image
+        self.stuck_pod_grace = stuck_pod_grace
         self.indexes = Indexes()
         self.memory: dict[Key, JobMemory] = {}
 
@@ -125,6 +133,8 @@ class Executor:
             accepted_spec=memory.accepted_spec,
             default_image=self.default_image,
             keys=generate_key_pair() if children.secret is None else None,
+            stuck_pod_grace=self.stuck_pod_grace,
+            restrict_templates=self.restrict_templates,
         )
         return seen, memory
 
@@ -213,7 +223,7 @@ class Executor:
             body = written
         for event in plan.events:
             await self._post_event(body, event)
-        await self._delete(key, plan.deletes, memory)
+        await self._delete(key, plan.deletes, memory, body)
         if plan.config_data is not None:
             meta = body["metadata"]
             await self.kube.merge_patch(
@@ -279,14 +289,22 @@ class Executor:
             body, event.type, event.reason, event.message, format_time(now_utc())
         )
 
-    async def _delete(self, key: Key, deletes: list[Delete], memory: JobMemory) -> None:
+    async def _delete(
+        self, key: Key, deletes: list[Delete], memory: JobMemory, body: Obj | None = None
+    ) -> None:
         now = time.monotonic()
         targets = [d for d in deletes if d.name not in memory.deleting]
         for target in targets:
             memory.deleting[target.name] = now
         await asyncio.gather(
-            *(self.kube.delete(d.kind, key[0], d.name, d.propagation) for d in targets)
+            *(
+                self.kube.delete(d.kind, key[0], d.name, d.propagation, d.grace_period)
+                for d in targets
+            )
         )
+        for target in targets:
+            if target.warning is not None and body is not None:
+                await self._post_event(body, Event("Warning", "ForceDeleted", target.warning))
 
     async def _create(
         self, key: Key, body: Obj, creates: list[dict[str, Any]], memory: JobMemory

@@ -9,14 +9,20 @@ the children, including any created while the job was being deleted.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Any
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
 
 import kopf
 
 from . import metrics, names
 from .api import GROUP, PLURAL, VERSION
 from .kube import Kube, load_configuration
+from .leader import LeaderElector
 from .reconciler import Reconciler
 from .settings import OperatorConfig
 
@@ -70,12 +76,28 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         threads=config.api_threads,
     )
     kube.on_request = metrics.count_request
-    memo.reconciler = Reconciler(
-        kube, batch_window=config.batch_window, default_image=config.default_image
+    reconciler = memo.reconciler = Reconciler(
+        kube,
+        batch_window=config.batch_window,
+        default_image=config.default_image,
+        stuck_pod_grace=config.stuck_pod_grace,
+        active=not config.leader_elect,
+        restrict_templates=config.restrict_templates,
     )
+    memo.elector = None
+    if config.leader_elect:
+        identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        elector = LeaderElector(
+            kube, config.leader_election_namespace, config.leader_election_id, identity
+        )
+        memo.elector = asyncio.create_task(
+            elector.run(on_started=reconciler.activate, on_stopped=reconciler.deactivate)
+        )
     memo.health = None
     if config.http_port:
-        health = metrics.HealthServer(config.http_port)
+        health = metrics.HealthServer(
+            config.http_port, stalled=lambda: reconciler.stalled_for() > config.stall_seconds
+        )
         await health.start()
         health.ready = True
         memo.health = health
@@ -111,6 +133,10 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    elector: asyncio.Task[None] | None = getattr(memo, "elector", None)
+    if elector is not None:
+        elector.cancel()
+        await asyncio.gather(elector, return_exceptions=True)
     reconciler: Reconciler | None = getattr(memo, "reconciler", None)
     if reconciler is not None:
         await reconciler.shutdown()
@@ -130,12 +156,48 @@ def hvjob_bodies(namespace: str | None, name: str, body: kopf.Body, **_: Any) ->
 
 @kopf.index("v1", "pods", labels=_MANAGED)
 def hvjob_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
-    return {(namespace or "", labels[names.LABEL_JOB_NAME]): dict(body)}
+    return {(namespace or "", labels[names.LABEL_JOB_NAME]): slim_pod(body)}
 
 
 @kopf.index("batch", "v1", "jobs", labels=_MANAGED)
 def hvjob_launchers(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
     return {(namespace or "", labels[names.LABEL_JOB_NAME]): dict(body)}
+
+
+# What the decisions read of a pod (children.py); a real pod's body is ~10-35 KB,
+# mostly spec and managedFields, which the index would otherwise keep per pod.
+_POD_META: Final = (
+    "name",
+    "uid",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+    "creationTimestamp",
+)
+_POD_STATUS: Final = (
+    "phase",
+    "reason",
+    "conditions",
+    "containerStatuses",
+    "initContainerStatuses",
+)
+
+
+def slim_pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    slim_spec: dict[str, Any] = {
+        "containers": [{"name": c.get("name")} for c in spec.get("containers") or ()]
+    }
+    if spec.get("nodeName"):
+        slim_spec["nodeName"] = spec["nodeName"]
+    return {
+        "kind": "Pod",
+        "metadata": {key: meta[key] for key in _POD_META if key in meta},
+        "spec": slim_spec,
+        "status": {key: status[key] for key in _POD_STATUS if key in status},
+    }
 
 
 # The Secret, ConfigMap and Service are watched only to know that they exist and

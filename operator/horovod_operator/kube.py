@@ -108,6 +108,7 @@ _PATHS: Final[dict[str, str]] = {
     "Event": "/api/v1/namespaces/{namespace}/events",
     "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
     "HorovodJob": f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}",
+    "Lease": "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
 }
 
 
@@ -205,6 +206,14 @@ class Kube:
                 return None
             raise
 
+    async def replace(self, obj: Obj) -> Obj:
+        """PUT `obj`, conditional on its metadata.resourceVersion (409 if it moved)."""
+        meta = obj["metadata"]
+        path = _PATHS[obj["kind"]].format(namespace=meta["namespace"]) + f"/{meta['name']}"
+        return await self._request(
+            "PUT", obj["kind"], path, body=obj, query={"fieldManager": FIELD_MANAGER}
+        )
+
     async def merge_patch(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
         path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
         return await self._request(
@@ -217,11 +226,21 @@ class Kube:
         )
 
     async def delete(
-        self, kind: str, namespace: str, name: str, propagation: str = "Background"
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        propagation: str = "Background",
+        grace_period: int | None = None,
     ) -> Obj | None:
-        """Delete an object; None when it is already gone (404 counts as success)."""
+        """Delete an object; None when it is already gone (404 counts as success).
+
+        grace_period 0 removes a pod at once, without its kubelet's confirmation
+        (what `kubectl delete --force` does for a pod on a lost node)."""
         path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if grace_period is not None:
+            body["gracePeriodSeconds"] = grace_period
         try:
             return await self._request("DELETE", kind, path, body=body)
         except KubeError as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from aiohttp import web
@@ -57,11 +58,13 @@ def count_request(verb: str, kind: str) -> None:
 
 
 class HealthServer:
-    """Liveness (the event loop answers), readiness (watching started), metrics."""
+    """Liveness (the event loop answers and no reconcile hangs), readiness
+    (watching started), metrics."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, stalled: Callable[[], bool] = lambda: False) -> None:
         self.port = port
         self.ready = False
+        self.stalled = stalled
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -78,6 +81,10 @@ class HealthServer:
             await self._runner.cleanup()
 
     async def _healthz(self, _: web.Request) -> web.Response:
+        if self.stalled():
+            # A reconcile hangs (a half-open connection past every timeout): let
+            # the kubelet restart the operator.
+            return web.Response(status=500, text="reconciles stalled\n")
         return web.Response(text="ok\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:

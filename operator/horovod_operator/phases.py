@@ -13,13 +13,24 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from .api import TERMINAL_PHASES, Failure, HorovodJob, HorovodJobStatus, WorkerCounts
+from . import names
+from .api import (
+    TERMINAL_PHASES,
+    Failure,
+    HorovodJob,
+    HorovodJobStatus,
+    LauncherStatus,
+    WorkerCounts,
+)
 from .children import (
     Children,
     attempt_of,
     current_workers,
+    deleted_workers,
+    disruption_of,
     launcher_failures,
     launcher_state,
+    name_of,
     pod_failures,
     pod_phase,
     pod_ready,
@@ -29,10 +40,12 @@ from .conditions import (
     CREATED,
     REASON_CREATED,
     REASON_DEADLINE,
+    REASON_FAIL_JOB,
     REASON_INVALID_SPEC,
     REASON_LAUNCHER_DELETED,
     REASON_LAUNCHER_FAILED,
     REASON_LAUNCHER_RUNNING,
+    REASON_POD_DELETED,
     REASON_REPLICAS_IMMUTABLE,
     REASON_RESTARTED,
     REASON_RESUMED,
@@ -49,6 +62,7 @@ from .conditions import (
     parse_time,
     set_condition,
 )
+from .failures import Judged, judge, outcome
 
 
 def due_time(start: str | None, seconds: int | None) -> datetime | None:
@@ -162,17 +176,9 @@ def compute_status(
 
     launcher = launcher_state(children, attempt)
     status.launcher = launcher
-    failed_workers = [pod for pod in workers if pod_phase(pod) == "Failed"]
-    failures = [f for pod in failed_workers for f in pod_failures(pod)]
-    reason = REASON_WORKER_FAILED
-    if launcher is not None and launcher.phase == "Failed":
-        failures += launcher_failures(children, launcher)
-        reason = REASON_WORKER_FAILED if failed_workers else REASON_LAUNCHER_FAILED
-    elif launcher is None and _launcher_vanished(previous, children, attempt):
-        failures.append(_deleted_launcher(previous, children))
-        reason = REASON_WORKER_FAILED if failed_workers else REASON_LAUNCHER_DELETED
-    if failures:
-        return _failed_attempt(status, failures, reason, policy.backoff_limit, now)
+    judged, reason = _judge_failures(job, previous, children, workers, launcher, attempt)
+    if judged:
+        return _failed_attempt(status, judged, reason, policy.backoff_limit, now)
 
     if launcher is not None and launcher.phase == "Succeeded":
         status.completion_time = format_time(now)
@@ -251,23 +257,94 @@ def _deleted_launcher(previous: HorovodJobStatus, children: Children) -> Failure
     )
 
 
+def _judge_failures(
+    job: HorovodJob,
+    previous: HorovodJobStatus,
+    children: Children,
+    workers: list[Mapping[str, Any]],
+    launcher: LauncherStatus | None,
+    attempt: int,
+) -> tuple[list[Judged], str]:
+    """Every failure of the attempt, judged; and the reason to report."""
+    rules = job.spec.run_policy.pod_failure_policy
+    judged: list[Judged] = []
+    reason = REASON_WORKER_FAILED
+    for pod in workers:
+        if pod_phase(pod) == "Failed":
+            judged += [judge(pod, f, disruption_of(pod), rules) for f in pod_failures(pod)]
+    if previous.phase in ("Starting", "Running"):
+        # Every worker existed; one deleted or gone since was not deleted by us.
+        present = {name_of(pod) for pod in children.workers if attempt_of(pod) == attempt}
+        for pod in deleted_workers(children, attempt):
+            gone = Failure(
+                pod=name_of(pod),
+                container=names.WORKER_CONTAINER,
+                reason=REASON_POD_DELETED,
+                message="the pod was deleted while the attempt ran",
+            )
+            judged.append(judge(pod, gone, disruption_of(pod) or REASON_POD_DELETED, rules))
+        for index in range(active_replicas(job)):
+            name = names.worker_name(job.metadata.name, index)
+            if name not in present:
+                gone = Failure(
+                    pod=name,
+                    container=names.WORKER_CONTAINER,
+                    reason=REASON_POD_DELETED,
+                    message="the pod disappeared while the attempt ran",
+                )
+                judged.append(judge(None, gone, REASON_POD_DELETED, rules))
+    if launcher is not None and launcher.phase == "Failed":
+        launcher_pod: Mapping[str, Any] | None = next(
+            (p for p in children.launcher_pods if name_of(p) == launcher.pod_name), None
+        )
+        judged += [
+            judge(launcher_pod, f, disruption_of(launcher_pod) if launcher_pod else None, rules)
+            for f in launcher_failures(children, launcher)
+        ]
+        reason = REASON_WORKER_FAILED if len(judged) > 1 else REASON_LAUNCHER_FAILED
+    elif launcher is None and _launcher_vanished(previous, children, attempt):
+        judged.append(
+            judge(None, _deleted_launcher(previous, children), REASON_LAUNCHER_DELETED, rules)
+        )
+        reason = REASON_WORKER_FAILED if len(judged) > 1 else REASON_LAUNCHER_DELETED
+    return judged, reason
+
+
 def _failed_attempt(
     status: HorovodJobStatus,
-    failures: list[Failure],
+    judged: list[Judged],
     reason: str,
     backoff_limit: int,
     now: datetime,
 ) -> HorovodJobStatus:
-    status.failures = failures
-    message = failure_message(failures)
-    if status.restarts < backoff_limit:
+    status.failures = [item.failure for item in judged]
+    message = failure_message(status.failures)
+    decisive = outcome(judged)
+    assert decisive is not None
+    if decisive.action == "FailJob":
+        return fail(status, REASON_FAIL_JOB, f"{message}; {decisive.why}", now)
+    counted = status.restarts - status.uncounted_restarts
+    if decisive.action == "Ignore":
+        status.restarts += 1
+        status.uncounted_restarts += 1
+        status.launcher = None
+        enter_phase(
+            status,
+            "Restarting",
+            reason,
+            f"{message}; {decisive.why}: restart {status.restarts}, not counted "
+            f"({counted} of backoffLimit {backoff_limit} used)",
+            now,
+        )
+        return status
+    if counted < backoff_limit:
         status.restarts += 1
         status.launcher = None
         enter_phase(
             status,
             "Restarting",
             reason,
-            f"{message}; restart {status.restarts} of {backoff_limit}",
+            f"{message}; restart {counted + 1} of {backoff_limit}",
             now,
         )
         return status

@@ -51,6 +51,11 @@ class Observation:
     default_image: str | None = None
     # A fresh key pair, given when the job's SSH Secret does not exist.
     keys: KeyPair | None = None
+    # Seconds a pod may stay terminating past its deletion time (its grace period)
+    # before the operator deletes it with grace period 0: its node is gone.
+    stuck_pod_grace: float = 60.0
+    # The opt-in template policy (--restrict-templates): see validation.py.
+    restrict_templates: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,10 @@ class Delete:
     # The launcher Job goes in the foreground: it stays (terminating) until its
     # pod is gone, so "no launcher Job" also means "no launcher pod".
     propagation: str = "Background"
+    # 0 removes a pod stuck terminating on a lost node; the executor then posts
+    # `warning` as an Event (once per delete it sends).
+    grace_period: int | None = None
+    warning: str | None = None
 
 
 @dataclass

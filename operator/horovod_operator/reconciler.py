@@ -43,15 +43,20 @@ class Reconciler:
         kube: Kube,
         batch_window: float = 0.05,
         default_image: str | None = None,
+        stuck_pod_grace: float = 60.0,
+        active: bool = True,
+        restrict_templates: bool = False,
     ) -> None:
         self.kube = kube
         self.batch_window = batch_window
-        self.executor = Executor(kube, default_image)
+        self.executor = Executor(kube, default_image, stuck_pod_grace, restrict_templates)
+        # False on a standby replica: events are noted, nothing is reconciled.
+        self.active = active
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._errors: dict[Key, int] = {}
-        self.last_progress = time.monotonic()
+        self._started: dict[Key, float] = {}  # reconciles in flight, since when
 
     # --- triggering ----------------------------------------------------------------------
 
@@ -69,12 +74,30 @@ class Reconciler:
     def trigger(self, key: Key) -> None:
         """Ask for a reconcile of `key`; folded into one already waiting or running."""
         self._dirty.add(key)
-        if key not in self._tasks:
+        if self.active and key not in self._tasks:
             self._tasks[key] = asyncio.get_running_loop().create_task(self._run(key))
 
-    @property
-    def queued(self) -> int:
-        return len(self._dirty)
+    def activate(self) -> None:
+        """This replica leads: reconcile every job it knows (the standby's indexes are
+        warm, so the new leader starts from a complete view at once)."""
+        self.active = True
+        for key in [*self.executor.indexes.jobs.keys(), *self._dirty]:
+            self.trigger(key)
+
+    def deactivate(self) -> None:
+        """Leadership lost: stop at once; the new leader observes from scratch."""
+        self.active = False
+        for key in list(self._timers):
+            self._cancel_timer(key)
+        for task in list(self._tasks.values()):
+            task.cancel()
+        self.executor.memory.clear()
+
+    def stalled_for(self) -> float:
+        """Seconds the longest reconcile in flight has run (0 when none)."""
+        if not self._started:
+            return 0.0
+        return time.monotonic() - min(self._started.values())
 
     def _schedule(self, key: Key, delay: float | None) -> None:
         """Reconcile `key` again after `delay` seconds (deadline, TTL, retry), or never."""
@@ -93,7 +116,7 @@ class Reconciler:
             while key in self._dirty:
                 await asyncio.sleep(self.batch_window)
                 self._dirty.discard(key)
-                started = time.monotonic()
+                started = self._started[key] = time.monotonic()
                 try:
                     self._schedule(key, await self.reconcile(key))
                     self._errors.pop(key, None)
@@ -110,7 +133,7 @@ class Reconciler:
                     )
                     self._schedule(key, delay)
                 finally:
-                    self.last_progress = time.monotonic()
+                    self._started.pop(key, None)
                     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
         finally:
             self._tasks.pop(key, None)

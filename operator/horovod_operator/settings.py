@@ -24,6 +24,12 @@ class OperatorConfig:
     batch_window: float = 0.05
     peering: str | None = None  # a kopf peering name; None runs standalone
     default_image: str | None = None  # for HorovodJobs that leave spec.image empty
+    stuck_pod_grace: float = 60.0  # seconds past a pod's grace period before a force delete
+    leader_elect: bool = False
+    leader_election_namespace: str = "default"
+    leader_election_id: str = "horovod-operator"
+    stall_seconds: float = 180.0  # /healthz fails when a reconcile runs longer
+    restrict_templates: bool = False  # refuse templates that gain privileges
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -84,12 +90,51 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
     parser.add_argument(
         "--peering",
         default=_env("PEERING", "") or None,
-        help="kopf peering name for several replicas; default: standalone",
+        help="kopf peering name (kopf's own coordination, not leader election: use "
+        "--leader-elect for several replicas); default: standalone",
     )
     parser.add_argument(
         "--default-image",
         default=_env("DEFAULT_IMAGE", "") or None,
         help="worker image for HorovodJobs that leave spec.image empty",
+    )
+    parser.add_argument(
+        "--stuck-pod-grace",
+        type=float,
+        default=float(_env("STUCK_POD_GRACE", str(defaults.stuck_pod_grace))),
+        help="seconds a pod may stay terminating past its grace period (its node lost) "
+        "before the operator deletes it with grace period 0",
+    )
+    parser.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=_env("LEADER_ELECT", "false").lower() in ("1", "true", "yes"),
+        help="run several replicas: only the holder of a coordination.k8s.io Lease acts",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=_env("LEADER_ELECTION_NAMESPACE", "")
+        or os.environ.get("POD_NAMESPACE")
+        or defaults.leader_election_namespace,
+        help="namespace of the Lease (default: $POD_NAMESPACE, else default)",
+    )
+    parser.add_argument(
+        "--leader-election-id",
+        default=_env("LEADER_ELECTION_ID", defaults.leader_election_id),
+        help="name of the Lease; replicas of one deployment share it",
+    )
+    parser.add_argument(
+        "--stall-seconds",
+        type=float,
+        default=float(_env("STALL_SECONDS", str(defaults.stall_seconds))),
+        help="/healthz fails when one reconcile has run this long (a hung API call)",
+    )
+    parser.add_argument(
+        "--restrict-templates",
+        action=argparse.BooleanOptionalAction,
+        default=_env("RESTRICT_TEMPLATES", "false").lower() in ("1", "true", "yes"),
+        help="refuse pod templates that name another ServiceAccount, mount a hostPath or "
+        "another job's Secret, run privileged or in host namespaces (InvalidSpec naming the rule)",
     )
     args = parser.parse_args(argv)
 
@@ -109,4 +154,10 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         batch_window=args.batch_window,
         peering=args.peering,
         default_image=args.default_image,
+        stuck_pod_grace=args.stuck_pod_grace,
+        leader_elect=args.leader_elect,
+        leader_election_namespace=args.leader_election_namespace,
+        leader_election_id=args.leader_election_id,
+        stall_seconds=args.stall_seconds,
+        restrict_templates=args.restrict_templates,
     )

@@ -136,3 +136,67 @@ def _check_list_of_objects(value: Any, where: str) -> None:
 
 def _json_type(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+# --- the operator's template policy (opt-in) ---------------------------------------------
+
+# A job author must not gain through the operator what they could not do by
+# creating pods themselves. Each rule has a name the refusal quotes.
+_HOST_NAMESPACES: Final = ("hostNetwork", "hostPID", "hostIPC")
+
+
+def template_policy_violations(job_name: str, where: str, template: Any) -> list[str]:
+    """What the opt-in policy (--restrict-templates) refuses in one pod template
+    (already checked by check_template_shape)."""
+    if not isinstance(template, dict):
+        return []
+    spec = template.get("spec") or {}
+    found = []
+    account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if account and account != "default":
+        found.append(
+            f"rule ServiceAccount: {where}.spec.serviceAccountName names ServiceAccount "
+            f"{account!r}; jobs run as the namespace's default ServiceAccount"
+        )
+    for key in _HOST_NAMESPACES:
+        if spec.get(key):
+            found.append(f"rule HostNamespaces: {where}.spec.{key} is true")
+    for volume in spec.get("volumes") or ():
+        if not isinstance(volume, dict):
+            continue
+        if "hostPath" in volume:
+            found.append(
+                f"rule HostPath: {where}.spec.volumes {volume.get('name')!r} is a hostPath"
+            )
+        secret = (volume.get("secret") or {}).get("secretName")
+        if _other_jobs_secret(job_name, secret):
+            found.append(f"rule OtherJobSecret: {where} mounts Secret {secret!r} of another job")
+    for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
+        context = container.get("securityContext") or {}
+        name = container.get("name")
+        if context.get("privileged"):
+            found.append(f"rule Privileged: {where} container {name!r} is privileged")
+        if (context.get("capabilities") or {}).get("add"):
+            found.append(f"rule Privileged: {where} container {name!r} adds capabilities")
+        for source in container.get("envFrom") or ():
+            secret = (
+                (source.get("secretRef") or {}).get("name") if isinstance(source, dict) else None
+            )
+            if _other_jobs_secret(job_name, secret):
+                found.append(f"rule OtherJobSecret: {where} reads Secret {secret!r} of another job")
+        for env in container.get("env") or ():
+            ref = (
+                ((env.get("valueFrom") or {}).get("secretKeyRef") or {})
+                if isinstance(env, dict)
+                else {}
+            )
+            if _other_jobs_secret(job_name, ref.get("name")):
+                found.append(
+                    f"rule OtherJobSecret: {where} reads Secret {ref.get('name')!r} of another job"
+                )
+    return found
+
+
+def _other_jobs_secret(job_name: str, secret: Any) -> bool:
+    """A HorovodJob's SSH Secret is `<job>-ssh`; only its own job may use it."""
+    return isinstance(secret, str) and secret.endswith("-ssh") and secret != f"{job_name}-ssh"

@@ -110,6 +110,10 @@ class KubeCluster:
     ) -> None:
         self.impl.set_pod_phase(namespace, pod, phase, exit_code, reason, message)
 
+    def restart(self, component: str) -> None:
+        """Restart one control-plane process (etcd, kube-apiserver, ...) on its state."""
+        self.impl.restart(component)
+
     def add_kwok_nodes(self, count: int, gpus: int, prefix: str) -> list[str]:
         names = self.impl.add_kwok_nodes(count, gpus, prefix=prefix)
         self.impl.wait_nodes_ready()

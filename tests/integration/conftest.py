@@ -66,6 +66,18 @@ def jobs(cluster: KubeCluster, namespace: str, operator: Operator) -> Jobs:
     return Jobs(cluster, namespace, operator)
 
 
+@pytest.fixture
+def ghost_node(cluster: KubeCluster, namespace: str) -> Iterator[str]:
+    """A Node object no kubelet (or kwok) manages: the test plays its kubelet."""
+    name = f"ghost-{namespace}"[:63]
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    cluster.apply(node)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from clusterlib import KubeCluster
+from clusterlib import KubeCluster, wait_for
 from testsupport import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,17 +112,11 @@ class Operator:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def wait(self, fn: Callable[[], T], timeout: float = 30, message: str = "condition") -> T:
-        deadline = time.monotonic() + timeout
-        last: T | None = None
-        while time.monotonic() < deadline:
-            last = fn()
-            if last:
-                return last
-            time.sleep(0.2)
-        raise AssertionError(
-            f"timed out after {timeout}s waiting for {message}; last value: {last!r}\n"
-            f"--- operator log ---\n{self.log_tail()}"
-        )
+        """clusterlib.wait_for, with the operator's log tail in the failure."""
+        try:
+            return wait_for(fn, timeout, message=message)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n--- operator log ---\n{self.log_tail()}") from None
 
 
 class Jobs:

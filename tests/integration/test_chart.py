@@ -87,7 +87,8 @@ def test_lint_and_template_pass_a_server_side_dry_run(cluster: KubeCluster, name
     pod = custom[("Deployment", namespace)]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["args"] == ["--namespace=hvop-team-a", "--namespace=hvop-team-b"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HOROVOD_OPERATOR_LEADER_ELECT"] == "true"
     assert env["HOROVOD_OPERATOR_LOG_FORMAT"] == "json"
     assert env["HOROVOD_OPERATOR_DEFAULT_IMAGE"] == "registry.example.org/ml/horovod-worker:0.1.0"
     assert container["image"] == "registry.example.org/ml/horovod-operator:0.1.0-rc1"
@@ -118,7 +119,11 @@ def test_service_monitor_is_optional(cluster: KubeCluster) -> None:
             {"logging": {"format": "yaml"}},
             r"at '/logging/format': value must be one of 'text', 'json'",
         ),
-        ({"replicaCount": 2}, r"at '/replicaCount': maximum: got 2, want 1"),
+        ({"replicaCount": 11}, r"at '/replicaCount': maximum: got 11, want 10"),
+        (
+            {"replicaCount": 2, "leaderElection": {"enabled": False}},
+            r"replicaCount above 1 needs leaderElection.enabled: true",
+        ),
     ],
 )
 def test_values_schema_rejects_bad_values(
@@ -250,7 +255,12 @@ def test_operator_from_the_chart_reconciles_as_its_service_account(
     # credentials become a kubeconfig holding the ServiceAccount's token, and the
     # HTTP port a free one (several tests share this machine).
     kubeconfig = _token_kubeconfig(cluster, release_ns, sa, tmp_path / "sa.kubeconfig")
-    env = {e["name"]: e["value"] for e in container["env"]}
+    downward = {"metadata.namespace": release_ns}
+    env = {
+        e["name"]: e["value"] if "value" in e else downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for e in container["env"]
+    }
+    assert env["HOROVOD_OPERATOR_LEADER_ELECT"] == "true"
     env["HOROVOD_OPERATOR_HTTP_PORT"] = str(_free_port())
     venv_bin = str(Path(sys.executable).parent)
     log_path = tmp_path / "operator.log"
@@ -301,6 +311,9 @@ def test_operator_from_the_chart_reconciles_as_its_service_account(
             60,
             message="the job to succeed",
         )
+        # It acted as the elected leader, through the chart's Lease Role.
+        lease = cluster.get("lease", "hvop-horovod-operator", release_ns)
+        assert lease["spec"]["holderIdentity"]
         # The operator logs the transition after writing it; its cleanup follows at once.
         wait_for(
             lambda: "-> Succeeded" in log_path.read_text(errors="replace"),

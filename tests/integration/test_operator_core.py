@@ -154,21 +154,40 @@ def test_oom_worker_restarts_then_fails_after_backoff(
     assert "WorkerFailed" in [e["reason"] for e in jobs.events("oom")]
 
 
-def test_evicted_worker_fails_the_job_naming_the_eviction(
+def test_evicted_worker_restarts_without_counting_naming_the_eviction(
     jobs: Jobs, namespace: str, cluster: KubeCluster
 ) -> None:
     jobs.apply(hvjob("evict", replicas=2, runPolicy={"backoffLimit": 0}))
     jobs.wait_running("evict")
     cluster.set_pod_phase(namespace, "evict-worker-0", "Failed", exit_code=137, reason="Evicted")
-    status = jobs.wait_phase("evict", "Failed")
+
+    def restarted() -> dict[str, Any] | None:
+        status = jobs.status("evict")
+        return status if status.get("restarts") == 1 and status.get("phase") == "Running" else None
+
+    status = jobs.op.wait(restarted, 40, "a restart that is not counted")
+    assert status["uncountedRestarts"] == 1
     assert status["failures"] == [
         {"pod": "evict-worker-0", "container": "worker", "exitCode": 137, "reason": "Evicted"}
     ]
-    assert "Evicted" in condition(status, "Failed")["message"]
+    warnings = [m for r, m in jobs.warnings("evict") if r == "WorkerFailed"]
+    assert any("a disruption (Evicted) is not counted" in m for m in warnings), warnings
+
+
+def test_evictions_count_when_a_rule_says_so(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    rules = [{"action": "Count", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    policy = {"backoffLimit": 0, "podFailurePolicy": {"rules": rules}}
+    jobs.apply(hvjob("strict", replicas=2, runPolicy=policy))
+    jobs.wait_running("strict")
+    cluster.set_pod_phase(namespace, "strict-worker-0", "Failed", exit_code=137, reason="Evicted")
+    status = jobs.wait_phase("strict", "Failed")
+    assert "backoffLimit (0) reached" in status["message"]
     # cleanPodPolicy Running: the surviving worker and the launcher are stopped,
     # the failed pod is kept for its logs.
     jobs.op.wait(
-        lambda: [p["metadata"]["name"] for p in jobs.pods("evict")] == ["evict-worker-0"],
+        lambda: [p["metadata"]["name"] for p in jobs.pods("strict")] == ["strict-worker-0"],
         20,
         "running pods cleaned",
     )

@@ -243,18 +243,6 @@ def test_unschedulable_workers_are_named_then_the_startup_timeout_fails_the_job(
     jobs.op.wait(lambda: jobs.pods("huge") == [], 20, "pods removed")
 
 
-@pytest.fixture
-def ghost_node(cluster: KubeCluster, namespace: str) -> Any:
-    """A Node object no kubelet (or kwok) manages: the test plays its kubelet."""
-    name = f"ghost-{namespace}"[:63]
-    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-    cluster.apply(node)
-    try:
-        yield name
-    finally:
-        cluster.kubectl("delete", "node", name, "--wait=false", check=False)
-
-
 def test_image_pull_and_mount_problems_are_named_from_the_kubelets_reports(
     jobs: Jobs, namespace: str, cluster: KubeCluster, ghost_node: str
 ) -> None:

@@ -622,3 +622,211 @@ def test_the_config_map_follows_a_new_shape_only_between_attempts() -> None:
     assert resumed.config_data is not None and "slots=2" in resumed.config_data["hostfile"]
     running = decide(observe(body(RUNNING, slotsPerWorker=2), ALL_UP, launcher_job()))
     assert running.config_data is None
+
+
+# --- disruptions and the pod failure policy -----------------------------------------------
+
+
+def test_a_worker_deleted_while_running_restarts_at_once_without_counting() -> None:
+    gone = worker(1, terminating=True)
+    plan = decide(observe(body(RUNNING, runPolicy={"backoffLimit": 0}), [worker(0), gone]))
+    status = stored(plan)
+    assert status["phase"] == "Restarting"
+    assert (status["restarts"], status["uncountedRestarts"]) == (1, 1)
+    assert status["failures"][0]["pod"] == "j-worker-1"
+    assert status["failures"][0]["reason"] == "PodDeleted"
+    assert "not counted (0 of backoffLimit 0 used)" in status["message"]
+    vanished = decide(observe(body(RUNNING), [worker(0)], launcher_job()))
+    assert stored(vanished)["failures"][0]["message"] == (
+        "the pod disappeared while the attempt ran"
+    )
+
+
+DISRUPTED = {
+    "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+    ]
+}
+
+
+@pytest.mark.parametrize(
+    ("rules", "failed", "phase", "restarts", "uncounted", "reason"),
+    [
+        ([], {"reason": "OOMKilled"}, "Restarting", 1, 0, "WorkerFailed"),
+        ([], DISRUPTED, "Restarting", 1, 1, "WorkerFailed"),
+        (
+            [{"action": "Count", "onPodConditions": [{"type": "DisruptionTarget"}]}],
+            DISRUPTED,
+            "Restarting",
+            1,
+            0,
+            "WorkerFailed",
+        ),
+        (
+            [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}],
+            {"exit": 42},
+            "Failed",
+            0,
+            0,
+            "PodFailurePolicy",
+        ),
+        (
+            [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [143]}}],
+            {"exit": 143},
+            "Restarting",
+            1,
+            1,
+            "WorkerFailed",
+        ),
+        (
+            [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}}],
+            {"exit": 1},
+            "Restarting",
+            1,
+            0,
+            "WorkerFailed",
+        ),
+        (
+            [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": "launcher", "operator": "In", "values": [3]},
+                }
+            ],
+            {"exit": 3},
+            "Restarting",
+            1,
+            0,
+            "WorkerFailed",
+        ),
+    ],
+)
+def test_pod_failure_policy(
+    rules: list[dict[str, Any]],
+    failed: dict[str, Any],
+    phase: str,
+    restarts: int,
+    uncounted: int,
+    reason: str,
+) -> None:
+    pod = worker(1, "Failed")
+    failed = dict(failed)
+    code = failed.pop("exit", None)
+    if code is not None:
+        pod["status"]["containerStatuses"] = [
+            {"name": "worker", "state": {"terminated": {"exitCode": code, "reason": "Error"}}}
+        ]
+    pod["status"].update(failed)
+    policy = {"backoffLimit": 1, "podFailurePolicy": {"rules": rules}}
+    plan = decide(observe(body(RUNNING, runPolicy=policy), [worker(0), pod], launcher_job()))
+    status = stored(plan)
+    assert (status["phase"], status["restarts"], status["uncountedRestarts"]) == (
+        phase,
+        restarts,
+        uncounted,
+    )
+    assert status["reason"] == reason
+    if phase == "Failed":
+        assert "podFailurePolicy rule 0 (FailJob)" in status["message"]
+
+
+def test_only_counted_restarts_spend_the_backoff_limit() -> None:
+    many = {**RUNNING, "restarts": 5, "uncountedRestarts": 5}
+    pods = [worker(0, attempt=5), worker(1, "Failed", attempt=5, reason="OOMKilled")]
+    plan = decide(observe(body(many, runPolicy={"backoffLimit": 1}), pods))
+    status = stored(plan)
+    assert (status["phase"], status["restarts"]) == ("Restarting", 6)
+    assert "restart 1 of 1" in status["message"]
+
+
+def test_a_rule_needs_exactly_one_matcher() -> None:
+    with pytest.raises(ValueError, match="exactly one of onExitCodes and onPodConditions"):
+        parse_job(body(runPolicy={"podFailurePolicy": {"rules": [{"action": "Ignore"}]}}))
+
+
+# --- lost nodes ---------------------------------------------------------------------------
+
+
+def test_a_pod_stuck_terminating_past_its_grace_is_force_deleted() -> None:
+    stuck = worker(1, terminating=True)
+    stuck["metadata"]["deletionTimestamp"] = "2026-01-01T11:58:00Z"  # 120 s ago
+    stuck["spec"]["nodeName"] = "lost-node"
+    status = {**RUNNING, "phase": "Restarting", "restarts": 1, "launcher": None}
+    plan = decide(observe(body(status), [stuck]))
+    (force,) = [d for d in plan.deletes if d.grace_period == 0]
+    assert force.name == "j-worker-1"
+    assert force.warning is not None and "node lost-node not responding" in force.warning
+    recent = worker(1, terminating=True)  # deleted now: wait out the grace first
+    waiting = decide(observe(body(status), [recent]))
+    assert not [d for d in waiting.deletes if d.grace_period == 0]
+    assert waiting.requeue_after == pytest.approx(60.5)
+
+
+# --- the opt-in template policy -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("template", "rule"),
+    [
+        ({"spec": {"serviceAccountName": "admin"}}, "rule ServiceAccount"),
+        (
+            {"spec": {"hostNetwork": True}},
+            "rule HostNamespaces: spec.worker.template.spec.hostNetwork",
+        ),
+        (
+            {"spec": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
+            "rule HostPath: spec.worker.template.spec.volumes 'root' is a hostPath",
+        ),
+        (
+            {"spec": {"containers": [{"name": "w", "securityContext": {"privileged": True}}]}},
+            "rule Privileged: spec.worker.template container 'w' is privileged",
+        ),
+        (
+            {"spec": {"volumes": [{"name": "k", "secret": {"secretName": "other-ssh"}}]}},
+            "rule OtherJobSecret: spec.worker.template mounts Secret 'other-ssh'",
+        ),
+        (
+            {
+                "spec": {
+                    "containers": [{"name": "w", "envFrom": [{"secretRef": {"name": "other-ssh"}}]}]
+                }
+            },
+            "rule OtherJobSecret: spec.worker.template reads Secret 'other-ssh'",
+        ),
+    ],
+)
+def test_the_template_policy_refuses_what_a_pod_author_could_not_do(
+    template: dict[str, Any], rule: str
+) -> None:
+    job = body(worker={"template": template})
+    allowed = decide(observe(job, with_infra=False))
+    assert stored(allowed)["phase"] == "Pending"  # the policy is opt-in
+    refused = decide(observe(job, with_infra=False, restrict_templates=True))
+    status = stored(refused)
+    assert (status["phase"], status["reason"]) == ("Failed", "InvalidSpec")
+    assert rule in status["message"]
+    own = body(
+        worker={
+            "template": {"spec": {"volumes": [{"name": "k", "secret": {"secretName": "j-ssh"}}]}}
+        }
+    )
+    assert (
+        stored(decide(observe(own, with_infra=False, restrict_templates=True)))["phase"]
+        == "Pending"
+    )
+
+
+def test_the_template_policy_rejects_an_edit_of_a_running_job() -> None:
+    edited = body(RUNNING, generation=2, worker={"template": {"spec": {"hostPID": True}}})
+    plan = decide(
+        observe(
+            edited,
+            ALL_UP,
+            launcher_job(),
+            restrict_templates=True,
+            accepted_spec=parse_job(body()).spec,
+        )
+    )
+    assert stored(plan)["phase"] == "Running"
+    assert "rule HostNamespaces" in cond(plan, "SpecRejected")[2]
+    assert plan.deletes == []

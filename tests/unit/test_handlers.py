@@ -40,3 +40,47 @@ def test_persistence_is_explicit_and_posting_is_off() -> None:
     assert settings.persistence.finalizer == "horovod.ai/kopf-finalizer"
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert settings.posting.enabled is False
+
+
+def test_the_pod_index_keeps_only_what_decisions_read() -> None:
+    from horovod_operator.handlers import slim_pod
+
+    pod = {
+        "metadata": {
+            "name": "j-worker-0",
+            "uid": "p1",
+            "labels": {"a": "b"},
+            "ownerReferences": [{"uid": "u", "controller": True}],
+            "creationTimestamp": "t",
+            "managedFields": [{"manager": "x" * 5000}],
+            "annotations": {"big": "y" * 5000},
+        },
+        "spec": {
+            "containers": [{"name": "worker", "env": [{"name": "A", "value": "z" * 5000}]}],
+            "nodeName": "n1",
+            "volumes": [{"name": "v"}],
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "worker", "state": {"running": {}}}],
+            "podIP": "10.0.0.1",
+        },
+    }
+    slim = slim_pod(pod)
+    assert slim == {
+        "kind": "Pod",
+        "metadata": {
+            "name": "j-worker-0",
+            "uid": "p1",
+            "labels": {"a": "b"},
+            "ownerReferences": [{"uid": "u", "controller": True}],
+            "creationTimestamp": "t",
+        },
+        "spec": {"containers": [{"name": "worker"}], "nodeName": "n1"},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "worker", "state": {"running": {}}}],
+        },
+    }

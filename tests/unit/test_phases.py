@@ -157,7 +157,7 @@ RUNNING = {"phase": "Running", "startTime": T0, "workers": {"replicas": 2}}
         ),
         (
             "old attempt pods are ignored",
-            {**RUNNING, "restarts": 1},
+            {**RUNNING, "phase": "Pending", "restarts": 1},
             [worker(0, "Failed", attempt=0, exit_code=1)],
             None,
             "Pending",
@@ -218,13 +218,16 @@ def test_backoff_limit_spent_fails_naming_the_cause() -> None:
     assert result.failures[0].exit_code == 137
 
 
-def test_evicted_worker_without_container_status() -> None:
+def test_evicted_worker_restarts_without_counting() -> None:
     pods = [worker(0), worker(1, "Failed", reason="Evicted")]
     result = status_of(make_job(RUNNING, backoffLimit=0), pods, None, NOW)
-    assert result.phase == "Failed"
+    assert result.phase == "Restarting"
+    assert (result.restarts, result.uncounted_restarts) == (1, 1)
     assert result.failures == [
         Failure(pod="j-worker-1", container="worker", exit_code=None, reason="Evicted")
     ]
+    restarting = next(c for c in result.conditions if c.type == "Restarting")
+    assert "a disruption (Evicted) is not counted: restart 1, not counted" in restarting.message
 
 
 def test_launcher_failure_reports_its_exit_code() -> None:
@@ -338,6 +341,7 @@ def test_invalid_spec_status() -> None:
         ],
         "failures": [],
         "restarts": 0,
+        "uncountedRestarts": 0,
         "completionTime": NOW_S,
         "observedGeneration": 3,
     }

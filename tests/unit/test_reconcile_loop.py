@@ -54,7 +54,7 @@ class FakeKube:
         self.calls.append(("get", kind, name))
         return self.existing.get(name)
 
-    async def delete(self, kind: str, namespace: str, name: str, propagation: str = "") -> None:
+    async def delete(self, kind: str, namespace: str, name: str, *_: Any) -> None:
         self.calls.append(("delete", kind, name))
 
     async def merge_patch(self, kind: str, namespace: str, name: str, patch: Any) -> Any:
@@ -213,3 +213,66 @@ def test_a_status_conflict_stops_the_reconcile_and_rereads_the_job() -> None:
 def test_retry_delay_is_capped_and_never_overflows() -> None:
     assert [retry_delay(n) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]
     assert retry_delay(10_000) == 60.0
+
+
+def test_healthz_turns_red_while_a_reconcile_hangs() -> None:
+    import urllib.error
+    import urllib.request
+
+    from horovod_operator.metrics import HealthServer
+
+    kube = FakeKube()
+    hang = asyncio.Event()
+
+    async def never_answers(obj: dict[str, Any]) -> dict[str, Any]:
+        await hang.wait()
+        return obj
+
+    kube.create = never_answers  # type: ignore[method-assign]
+    loop = reconciler(kube)
+
+    def probe(port: int) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as error:
+            return int(error.code)
+
+    async def run() -> list[int]:
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        health = HealthServer(port, stalled=lambda: loop.stalled_for() > 0.3)
+        await health.start()
+        codes = [await asyncio.to_thread(probe, port)]
+        loop.batch_window = 0
+        loop.trigger(KEY)
+        await asyncio.sleep(0.6)  # the create hangs past the stall threshold
+        codes.append(await asyncio.to_thread(probe, port))
+        hang.set()
+        await asyncio.sleep(0.2)
+        codes.append(await asyncio.to_thread(probe, port))
+        await loop.shutdown()
+        await health.stop()
+        return codes
+
+    assert asyncio.run(run()) == [200, 500, 200]
+
+
+def test_a_standby_replica_reconciles_nothing_until_it_leads() -> None:
+    kube = FakeKube()
+    loop = reconciler(kube)
+    loop.active = False
+
+    async def run() -> None:
+        loop.batch_window = 0
+        loop.trigger(KEY)
+        await asyncio.sleep(0.05)
+        assert kube.calls == []
+        loop.activate()
+        await asyncio.sleep(0.1)
+
+    asyncio.run(run())
+    assert ("status", "HorovodJob", "j") in kube.calls
