@@ -1,5 +1,5 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-quick
+.PHONY: soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-quick
 
 
 demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
@@ -45,6 +45,10 @@ crd:  ## regenerate crds/, the chart's CRD and docs/api.md from the models
 bench:  ## our operator against kubeflow/mpi-operator (about 25 min on 2 cores); docs/benchmarks
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/python -m bench
+
+soak:  ## chaos soak: 10 minutes of jobs and seeded faults, invariants checked (docs/soak)
+	SKIP_WORKER=1 hack/bootstrap.sh
+	.venv/bin/python -m bench.soak --out docs/soak
 
 bench-quick:  ## one small case of each kind; asserts nothing about speed
 	SKIP_WORKER=1 hack/bootstrap.sh

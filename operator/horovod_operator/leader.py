@@ -71,7 +71,12 @@ class LeaderElector:
             while True:
                 try:
                     held = await self._try_acquire_or_renew()
-                except (TimeoutError, KubeError, OSError) as error:
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    # Any failure (urllib3's MaxRetryError while the API server
+                    # restarts is no OSError) only means: not renewed this round.
+                    # Letting it end this loop would leave no leader at all.
                     logger.warning("leader election: %s", error)
                     held = False
                 now = time.monotonic()

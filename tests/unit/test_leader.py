@@ -100,3 +100,28 @@ def test_a_leader_that_cannot_renew_steps_down_before_its_lease_expires() -> Non
         assert stepped_down and stepped_down[0] - cut < 0.6  # within the lease duration
 
     asyncio.run(run())
+
+
+def test_any_error_of_the_api_layer_only_skips_a_round() -> None:
+    """urllib3's MaxRetryError (no OSError) once ended the loop: no leader was left."""
+    api = LeaseApi()
+    a = elector(api, "a")
+    real_get = api.get
+
+    async def run() -> None:
+        task = asyncio.create_task(a.run(lambda: None, lambda: None))
+        await asyncio.sleep(0.3)
+
+        async def restarting(*_: Any) -> None:
+            raise RuntimeError("Max retries exceeded (the API server restarts)")
+
+        api.get = restarting  # type: ignore[method-assign]
+        await asyncio.sleep(0.3)
+        assert not task.done()
+        api.get = real_get  # type: ignore[method-assign]
+        await asyncio.sleep(0.3)
+        assert a.is_leader and not task.done()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(run())
