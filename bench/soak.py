@@ -96,7 +96,7 @@ class Soak:
         self.exit_code = 1
         self.lock = threading.Lock()
         self.out = Path(args.out)
-        self.logs = self.out / "logs"
+        self.logs = Path(args.dir).resolve().parent / "soak-logs"  # never into docs/
 
     # --- set-up ----------------------------------------------------------------------------
 
@@ -444,6 +444,11 @@ class Soak:
         self.check(final=True)
         jobs = _items(self.client, HVJOBS)
         phases = Counter((j.get("status") or {}).get("phase") for j in jobs)
+        reasons = Counter(
+            (j.get("status") or {}).get("reason")
+            for j in jobs
+            if (j.get("status") or {}).get("phase") == "Failed"
+        )
         return {
             "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "commit": _commit(),
@@ -451,6 +456,7 @@ class Soak:
             "minutes": args.minutes,
             "jobs_submitted": self.submitted,
             "jobs_left_by_phase": dict(phases),
+            "failed_by_reason": dict(reasons),
             "jobs_deleted_by_the_soak": len(self.deleted),
             "faults": dict(sorted(self.faults.items())),
             "faults_total": sum(self.faults.values()),
@@ -487,7 +493,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"- Jobs submitted: {report['jobs_submitted']}; deleted by the soak: "
         f"{report['jobs_deleted_by_the_soak']}; left at the end by phase: "
-        f"{report['jobs_left_by_phase']}",
+        f"{report['jobs_left_by_phase']} (the others were deleted by their TTL); "
+        f"failed by reason: {report.get('failed_by_reason', {})}",
         f"- Faults injected: {report['faults_total']}",
         f"- Invariant checks (each a full read of the namespace): {report['invariant_checks']}",
         f"- Violations: {len(report['violations'])}",

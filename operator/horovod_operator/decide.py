@@ -83,31 +83,23 @@ def decide(seen: Observation) -> Plan:
     previous = parse_status(body.get("status"))
     generation = int(meta.get("generation") or 0)
     rejected_edit: str | None = None
+    job: HorovodJob | None = None
     try:
         job = parse_job(body, seen.default_image)
+        problem = "; ".join(policy_violations(job)) if seen.restrict_templates else ""
     except ValidationError as error:
-        message = format_validation_error(error)
+        problem = format_validation_error(error)
+    if problem:
         if not _started(previous):
-            return _invalid(seen, previous, message, generation)
+            return _invalid(seen, previous, problem, generation)
         if seen.accepted_spec is None:
-            return _rejected_without_spec(seen, previous, message, generation)
+            return _rejected_without_spec(seen, previous, problem, generation)
+        # A started job runs on the spec it last accepted.
         job = HorovodJob(
-            metadata=ObjectMeta.model_validate(meta),
-            spec=seen.accepted_spec,
-            status=previous,
+            metadata=ObjectMeta.model_validate(meta), spec=seen.accepted_spec, status=previous
         )
-        rejected_edit = f"the edit of generation {generation} is ignored: {message}"
-
-    if rejected_edit is None and seen.restrict_templates:
-        refused = policy_violations(job)
-        if refused:
-            message = "; ".join(refused)
-            if not _started(previous):
-                return _invalid(seen, previous, message, generation)
-            if seen.accepted_spec is None:
-                return _rejected_without_spec(seen, previous, message, generation)
-            job = job.model_copy(update={"spec": seen.accepted_spec})
-            rejected_edit = f"the edit of generation {generation} is ignored: {message}"
+        rejected_edit = f"the edit of generation {generation} is ignored: {problem}"
+    assert job is not None
     if _spec_fixed(job):
         job.status = None  # failed for its spec, and the spec changed: start afresh
     permanent = [r for r in seen.refusals if r.permanent and r.generation == generation]
