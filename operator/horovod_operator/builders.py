@@ -43,13 +43,19 @@ def _metadata(job: HorovodJob, name: str, labels: dict[str, str]) -> Obj:
     }
 
 
-def new_ssh_secret(job: HorovodJob, keys: KeyPair) -> Obj:
-    """Secret `<job>-ssh`: the private key for the launcher, authorized_keys for workers."""
+def new_ssh_secret(job: HorovodJob, keys: KeyPair, host_key: KeyPair) -> Obj:
+    """Secret `<job>-ssh`: the client key pair and authorized_keys, and the job's host
+    key with a known_hosts line for it, so that the launcher's ssh verifies that it
+    reaches the job's own workers (no StrictHostKeyChecking=no)."""
     name = job.metadata.name
     data = {
         contract.SSH_PRIVATE_KEY: keys.private_openssh,
         contract.SSH_PUBLIC_KEY: keys.public_openssh,
         contract.SSH_AUTHORIZED_KEYS: keys.public_openssh,
+        contract.SSH_HOST_KEY: host_key.private_openssh,
+        # Any name: the workers are reached by several (pod FQDN, [host]:port), and
+        # only holders of this Secret can present the key.
+        contract.SSH_KNOWN_HOSTS: f"* {host_key.public_openssh}",
     }
     return {
         "apiVersion": "v1",
@@ -124,8 +130,19 @@ def new_worker_service(job: HorovodJob) -> Obj:
 
 
 def launcher_command(spec: HorovodJobSpec) -> list[str]:
-    """The launcher's horovodrun line; nobody counts ranks by hand."""
+    """The launcher's horovodrun line; nobody counts ranks by hand.
+
+    horovod_worker.sshd --client-only first copies the keys out of the Secret
+    (modes ssh accepts, as any uid) and puts an ssh first on PATH that verifies
+    the workers' host key, which horovodrun's own `-o StrictHostKeyChecking=no`
+    cannot override (ssh keeps the first value it is given).
+    """
     return [
+        "python",
+        "-m",
+        "horovod_worker.sshd",
+        "--client-only",
+        "--",
         "horovodrun",
         "-np",
         str(spec.total_slots()),
@@ -133,8 +150,6 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
         f"{contract.CONFIG_MOUNT_PATH}/{contract.HOSTFILE}",
         "-p",
         str(contract.SSH_PORT),
-        "--ssh-identity-file",
-        f"{contract.SSH_MOUNT_PATH}/{contract.SSH_PRIVATE_KEY}",
         *spec.command,
     ]
 
@@ -159,9 +174,10 @@ def _volumes(job: HorovodJob) -> list[Obj]:
     return [
         {
             "name": names.SSH_VOLUME,
-            # ssh refuses a private key that others can read; the launcher's
-            # horovodrun uses this file directly.
-            "secret": {"secretName": names.secret_name(name), "defaultMode": 0o600},
+            # Readable by the pod's user whatever its uid (no fsGroup needed);
+            # horovod_worker.sshd copies the keys into a private 0700 directory
+            # with the modes ssh and sshd demand, and nothing reads them here.
+            "secret": {"secretName": names.secret_name(name), "defaultMode": 0o444},
         },
         {
             "name": names.CONFIG_VOLUME,

@@ -133,6 +133,7 @@ class Executor:
             accepted_spec=memory.accepted_spec,
             default_image=self.default_image,
             keys=generate_key_pair() if children.secret is None else None,
+            host_key=generate_key_pair("horovod-job-host") if children.secret is None else None,
             stuck_pod_grace=self.stuck_pod_grace,
             restrict_templates=self.restrict_templates,
         )

@@ -49,8 +49,9 @@ class Observation:
     # The spec this job last ran with, for an edit that fails validation later.
     accepted_spec: HorovodJobSpec | None = None
     default_image: str | None = None
-    # A fresh key pair, given when the job's SSH Secret does not exist.
+    # Fresh key pairs (client and host), given when the job's SSH Secret does not exist.
     keys: KeyPair | None = None
+    host_key: KeyPair | None = None
     # Seconds a pod may stay terminating past its deletion time (its grace period)
     # before the operator deletes it with grace period 0: its node is gone.
     stuck_pod_grace: float = 60.0

@@ -161,6 +161,8 @@ def test_example_2x1_over_ssh(
     assert job["status"]["phase"] == "Succeeded", _describe(cluster, agent, namespace, name)
     log = agent.cli("logs", f"{name}-launcher", "-n", namespace)
     assert result(log)["test_accuracy"] >= ACCURACY_BAR
+    # The launcher reached the workers over ssh that checked the job's host key.
+    assert "ssh client configured (verifies the job's host key)" in log, log[:2000]
     seen = ranks(log)
     assert [r["rank"] for r in seen] == [0, 1], log[-3000:]
     hosts = {r["hostname"] for r in seen}

@@ -25,7 +25,7 @@ ENV_WORKER = [
     {"name": "HVJOB_EXPECTED_SIZE", "value": "4"},
 ]
 VOLUMES = [
-    {"name": "horovod-ssh", "secret": {"secretName": "mnist-ssh", "defaultMode": 0o600}},
+    {"name": "horovod-ssh", "secret": {"secretName": "mnist-ssh", "defaultMode": 0o444}},
     {
         "name": "horovod-config",
         "configMap": {
@@ -61,8 +61,9 @@ def make_job(**spec: Any) -> HorovodJob:
 
 def test_ssh_secret() -> None:
     keys = KeyPair(private_openssh="PRIVATE\n", public_openssh="ssh-ed25519 AAA op\n")
+    host = KeyPair(private_openssh="HOST\n", public_openssh="ssh-ed25519 HHH host\n")
     b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
-    assert builders.new_ssh_secret(make_job(), keys) == {
+    assert builders.new_ssh_secret(make_job(), keys, host) == {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
@@ -76,6 +77,8 @@ def test_ssh_secret() -> None:
             "id_ed25519": b64("PRIVATE\n"),
             "id_ed25519.pub": b64("ssh-ed25519 AAA op\n"),
             "authorized_keys": b64("ssh-ed25519 AAA op\n"),
+            "ssh_host_ed25519_key": b64("HOST\n"),
+            "known_hosts": b64("* ssh-ed25519 HHH host\n"),
         },
     }
 
@@ -289,6 +292,11 @@ def expected_launcher(command: list[str], attempt: int = 0, **overrides: Any) ->
 
 
 HOROVODRUN = [
+    "python",
+    "-m",
+    "horovod_worker.sshd",
+    "--client-only",
+    "--",
     "horovodrun",
     "-np",
     "4",
@@ -296,8 +304,6 @@ HOROVODRUN = [
     "/etc/horovod/config/hostfile",
     "-p",
     "2222",
-    "--ssh-identity-file",
-    "/etc/horovod/ssh/id_ed25519",
     "python",
     "-m",
     "horovod_worker.train",

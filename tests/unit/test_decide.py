@@ -137,6 +137,7 @@ def observe(
         children=children,
         now=now,
         keys=None if children.secret is not None else KEYS,
+        host_key=None if children.secret is not None else KEYS,
         **extra,
     )
 

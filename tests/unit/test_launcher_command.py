@@ -7,8 +7,9 @@ import pytest
 from horovod_operator.api import parse_job
 from horovod_operator.builders import launcher_command
 
+# horovod_worker.sshd --client-only prepares the keys and a host-key-checking ssh first.
+CLIENT = ["python", "-m", "horovod_worker.sshd", "--client-only", "--"]
 PREFIX = ["--hostfile", "/etc/horovod/config/hostfile", "-p", "2222"]
-IDENTITY = ["--ssh-identity-file", "/etc/horovod/ssh/id_ed25519"]
 
 
 @pytest.mark.parametrize(
@@ -18,20 +19,20 @@ IDENTITY = ["--ssh-identity-file", "/etc/horovod/ssh/id_ed25519"]
             1,
             1,
             ["python", "t.py"],
-            ["horovodrun", "-np", "1", *PREFIX, *IDENTITY, "python", "t.py"],
+            [*CLIENT, "horovodrun", "-np", "1", *PREFIX, "python", "t.py"],
         ),
         (
             2,
             1,
             ["python", "-m", "m"],
-            ["horovodrun", "-np", "2", *PREFIX, *IDENTITY, "python", "-m", "m"],
+            [*CLIENT, "horovodrun", "-np", "2", *PREFIX, "python", "-m", "m"],
         ),
-        (4, 8, ["x"], ["horovodrun", "-np", "32", *PREFIX, *IDENTITY, "x"]),
+        (4, 8, ["x"], [*CLIENT, "horovodrun", "-np", "32", *PREFIX, "x"]),
         (
             3,
             2,
             ["python", "train.py", "--lr=0.1", "a b"],
-            ["horovodrun", "-np", "6", *PREFIX, *IDENTITY, "python", "train.py", "--lr=0.1", "a b"],
+            [*CLIENT, "horovodrun", "-np", "6", *PREFIX, "python", "train.py", "--lr=0.1", "a b"],
         ),
     ],
 )

@@ -15,6 +15,10 @@ SSH_MOUNT_PATH: Final = "/etc/horovod/ssh"
 SSH_PRIVATE_KEY: Final = "id_ed25519"
 SSH_PUBLIC_KEY: Final = "id_ed25519.pub"
 SSH_AUTHORIZED_KEYS: Final = "authorized_keys"
+# The job's host key: every worker's sshd presents it, and the launcher's ssh
+# accepts no other (known_hosts holds its public half).
+SSH_HOST_KEY: Final = "ssh_host_ed25519_key"
+SSH_KNOWN_HOSTS: Final = "known_hosts"
 
 # The per-job ConfigMap (<job>-config) is mounted here.
 CONFIG_MOUNT_PATH: Final = "/etc/horovod/config"

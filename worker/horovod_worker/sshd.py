@@ -7,18 +7,22 @@ root-owned and group-readable, which sshd and ssh refuse for keys. So this:
 1. copies the key pair and authorized_keys into a private directory (0700,
    files 0600) owned by the current user: ``~/.ssh/horovod`` when the home
    directory is writable, else ``/tmp/horovod-ssh-<uid>``;
-2. generates a fresh host key there;
+2. takes the job's host key from the Secret (older Secrets without one: a
+   fresh host key, and no host-key verification);
 3. writes ``sshd_config`` (port contract.SSH_PORT, public-key auth only, root
-   allowed by key only, the pod's environment passed on to sessions) and
-   ``ssh_config`` for the client (no host-key prompts: pods get new host keys
-   on every start, and the per-job key pair is what authenticates);
+   allowed by key only, no forwarding of any kind, the pod's environment passed
+   on to sessions) and ``ssh_config`` for the client, which accepts only the
+   job's host key (known_hosts from the Secret);
 4. execs ``sshd -D -e -f <dir>/sshd_config`` in the foreground.
 
 It works as root and as any other user: a non-root sshd can only log in its
 own user, which is all a worker needs, and skips PAM and privilege separation.
 
 ``python -m horovod_worker.sshd --client-only [-- COMMAND ...]`` only prepares
-the client side (the launcher), then execs COMMAND when one is given.
+the client side (the launcher), then execs COMMAND when one is given, with
+``<dir>/bin`` first on PATH: an ``ssh`` there that verifies the host key even
+when its caller (horovodrun) passes ``-o StrictHostKeyChecking=no``, since ssh
+keeps the first value it is given for an option.
 """
 
 import argparse
@@ -33,7 +37,7 @@ from pathlib import Path
 from horovod_worker import contract
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
-HOST_KEY = "ssh_host_ed25519_key"
+HOST_KEY = contract.SSH_HOST_KEY
 MARKER = "# written by horovod_worker.sshd"
 
 # Variables a session must not inherit from the pod: they describe the shell
@@ -130,7 +134,11 @@ def render_sshd_config(
         "UseDNS no",
         "PrintMotd no",
         "X11Forwarding no",
-        "AllowTcpForwarding yes",
+        # Nothing of Horovod or Open MPI forwards ports over ssh.
+        "AllowTcpForwarding no",
+        "AllowStreamLocalForwarding no",
+        "AllowAgentForwarding no",
+        "PermitTunnel no",
         "LogLevel INFO",
         "Subsystem sftp internal-sftp",
     ]
@@ -140,7 +148,16 @@ def render_sshd_config(
     return "\n".join(lines) + "\n"
 
 
-def render_ssh_config(directory: Path, port: int) -> str:
+def render_ssh_config(directory: Path, port: int, verify: bool) -> str:
+    """The client's config. With `verify`, only the job's host key is accepted."""
+    if verify:
+        host_keys = [
+            "    StrictHostKeyChecking yes",
+            f"    UserKnownHostsFile {directory / contract.SSH_KNOWN_HOSTS}",
+            "    GlobalKnownHostsFile /dev/null",
+        ]
+    else:
+        host_keys = ["    StrictHostKeyChecking no", "    UserKnownHostsFile /dev/null"]
     return "\n".join(
         [
             MARKER,
@@ -148,8 +165,7 @@ def render_ssh_config(directory: Path, port: int) -> str:
             f"    Port {port}",
             f"    IdentityFile {directory / contract.SSH_PRIVATE_KEY}",
             "    IdentitiesOnly yes",
-            "    StrictHostKeyChecking no",
-            "    UserKnownHostsFile /dev/null",
+            *host_keys,
             "    LogLevel ERROR",
             "    BatchMode yes",
             "    ConnectTimeout 10",
@@ -157,6 +173,14 @@ def render_ssh_config(directory: Path, port: int) -> str:
             "",
         ]
     )
+
+
+def render_ssh_wrapper(ssh: str, config: Path, verify: bool) -> str:
+    """An ``ssh`` for PATH whose own options come before its caller's."""
+    options = f'-F "{config}"'
+    if verify:
+        options += " -o StrictHostKeyChecking=yes"
+    return f'#!/bin/sh\n{MARKER}\nexec "{ssh}" {options} "$@"\n'
 
 
 def _write(path: Path, text: str | bytes, mode: int) -> None:
@@ -171,8 +195,9 @@ def _write(path: Path, text: str | bytes, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def install_keys(keys_dir: Path, directory: Path) -> None:
-    """Copy the Secret's files into ``directory`` with the modes ssh demands."""
+def install_keys(keys_dir: Path, directory: Path) -> bool:
+    """Copy the Secret's files into ``directory`` with the modes ssh demands; True
+    when the Secret holds the job's host key (and so host keys are verified)."""
     wanted = (contract.SSH_PRIVATE_KEY, contract.SSH_PUBLIC_KEY, contract.SSH_AUTHORIZED_KEYS)
     missing = [name for name in wanted if not (keys_dir / name).is_file()]
     if missing:
@@ -185,12 +210,18 @@ def install_keys(keys_dir: Path, directory: Path) -> None:
     for name in wanted:
         mode = 0o644 if name == contract.SSH_PUBLIC_KEY else 0o600
         _write(directory / name, (keys_dir / name).read_bytes(), mode)
+    host_files = (contract.SSH_HOST_KEY, contract.SSH_KNOWN_HOSTS)
+    if not all((keys_dir / name).is_file() for name in host_files):
+        return False
+    for name in host_files:
+        _write(directory / name, (keys_dir / name).read_bytes(), 0o600)
+    return True
 
 
-def install_client_config(directory: Path, port: int, home: Path) -> Path:
+def install_client_config(directory: Path, port: int, home: Path, verify: bool) -> Path:
     """Write ``<dir>/ssh_config``; also ``~/.ssh/config`` unless the user wrote one."""
     config = directory / "ssh_config"
-    text = render_ssh_config(directory, port)
+    text = render_ssh_config(directory, port, verify)
     _write(config, text, 0o600)
     user_config = home / ".ssh" / "config"
     if user_config != config and os.access(home, os.W_OK):
@@ -201,6 +232,17 @@ def install_client_config(directory: Path, port: int, home: Path) -> Path:
         except OSError:
             pass  # the config in `directory` still works with ssh -F
     return config
+
+
+def install_ssh_wrapper(directory: Path, config: Path, verify: bool) -> Path:
+    """``<dir>/bin/ssh``, to put first on PATH; returns the directory."""
+    ssh = shutil.which("ssh")
+    if ssh is None:
+        raise SetupError("ssh not found: install openssh-client in the image")
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(mode=0o700, exist_ok=True)
+    _write(bin_dir / "ssh", render_ssh_wrapper(ssh, config, verify), 0o700)
+    return bin_dir
 
 
 def generate_host_key(directory: Path) -> None:
@@ -229,9 +271,10 @@ def prepare_server(
     """Everything before exec; returns the sshd command line."""
     uid = os.getuid()
     sshd = find_sshd()
-    install_keys(keys_dir, directory)
-    install_client_config(directory, port, home)
-    generate_host_key(directory)
+    verify = install_keys(keys_dir, directory)
+    install_client_config(directory, port, home, verify)
+    if not verify:
+        generate_host_key(directory)
     strict = is_safe_path(directory, uid)
     if not strict:
         print(
@@ -288,10 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = [c for c in args.command if c != "--"] if args.command else []
     try:
         if args.client_only:
-            install_keys(args.keys_dir, directory)
-            config = install_client_config(directory, args.port, home)
-            print(f"horovod_worker.sshd: ssh client configured: {config}", flush=True)
+            verify = install_keys(args.keys_dir, directory)
+            config = install_client_config(directory, args.port, home, verify)
+            bin_dir = install_ssh_wrapper(directory, config, verify)
+            checked = "verifies the job's host key" if verify else "does NOT verify host keys"
+            print(f"horovod_worker.sshd: ssh client configured ({checked}): {config}", flush=True)
             if command:
+                os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
                 os.execvp(command[0], command)
             return 0
         argv_sshd = prepare_server(args.keys_dir, directory, args.port, home, os.environ)
