@@ -41,6 +41,7 @@ class Operator:
     def __init__(self, cluster: KubeCluster, namespace: str, log_path: Path) -> None:
         self.extra_args: list[str] = []
         self.cluster = cluster
+        self.kubeconfig = cluster.kubeconfig
         self.namespace = namespace
         self.log_path = log_path
         self.port = free_port()
@@ -56,7 +57,7 @@ class Operator:
                 "--namespace",
                 self.namespace,
                 "--kubeconfig",
-                str(self.cluster.kubeconfig),
+                str(self.kubeconfig),
                 "--http-port",
                 str(self.port),
                 "--batch-window",

@@ -1,14 +1,18 @@
 """Faults, against the real API server: disruptions, the failure policy, lost nodes,
-and two operator replicas with leader election."""
+a restarted and a hung API server, and two operator replicas with leader election."""
 
 from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
 from clusterlib import KubeCluster
+from freezeproxy import FreezeProxy
 from operatorlib import Jobs, Operator, hvjob
 
 
@@ -114,6 +118,47 @@ def test_a_job_completes_across_restarts_of_etcd_and_the_api_server(
     assert status["restarts"] == 0
     jobs.op.wait(lambda: jobs.pods("steady") == [], 60, "workers cleaned up")
     assert jobs.op.proc is not None and jobs.op.proc.poll() is None
+
+
+def _healthz(op: Operator) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{op.port}/healthz", timeout=2) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except OSError:
+        return 0
+
+
+def test_healthz_turns_red_while_the_api_server_hangs(
+    cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path
+) -> None:
+    """The operator talks to the API server through a proxy that can stop forwarding
+    (a half-open connection); a reconcile in flight then hangs and /healthz says so."""
+    config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = config["clusters"][0]["cluster"]["server"]
+    proxy = FreezeProxy(int(server.rsplit(":", 1)[1]))
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    proxied = tmp_path / "proxied.kubeconfig"
+    proxied.write_text(yaml.safe_dump(config))
+    op = Operator(cluster, namespace, tmp_path / "operator.log")
+    op.kubeconfig = proxied
+    op.extra_args = ["--stall-seconds", "3"]
+    op.start()
+    try:
+        jobs = Jobs(cluster, namespace, op)
+        jobs.apply(hvjob("hung", replicas=1, runPolicy={"activeDeadlineSeconds": 12}))
+        jobs.wait_running("hung")
+        op.wait(lambda: _healthz(op) == 200, 10, "a green probe")
+        proxy.freeze()  # the deadline's reconcile will hang on its status write
+        op.wait(lambda: _healthz(op) == 500, 40, "the probe turning red")
+        proxy.thaw()
+        status = jobs.wait_phase("hung", "Failed", timeout=60)
+        assert status["reason"] == "DeadlineExceeded"
+        op.wait(lambda: _healthz(op) == 200, 30, "the probe green again")
+    finally:
+        proxy.close()
+        op.stop()
 
 
 # --- two replicas -------------------------------------------------------------------------
