@@ -327,7 +327,8 @@ def _force_delete_stuck_pods(plan: Plan, seen: Observation) -> None:
         )
     if waits:
         soonest = min(waits)
-        plan.requeue_after = min(plan.requeue_after or soonest, soonest)
+        if plan.requeue_after is None or soonest < plan.requeue_after:
+            plan.requeue_after = soonest
 
 
 def _delete_everything(plan: Plan, children: Children) -> None:

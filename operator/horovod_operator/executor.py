@@ -251,9 +251,9 @@ class Executor:
         old = body.get("status") or {}
         new = status_body(status)
         stored = {k: v for k, v in normalized(old).items() if k in _KNOWN_STATUS_KEYS}
+        memory.deferred = False
         if new == stored:
             return body
-        memory.deferred = False
         if progress_only(stored, new) and time.monotonic() - memory.last_write < PROGRESS_INTERVAL:
             memory.deferred = True  # written when the interval has passed, if still true
             return body
