@@ -393,7 +393,7 @@ class Failure(_StatusModel):
 
 
 class HorovodJobStatus(_StatusModel):
-    """What the operator observed; derived by status.compute_status."""
+    """What the operator observed; derived by phases.compute_status and decide.decide."""
 
     phase: Phase | None = Field(default=None, description="Summary phase of the job.")
     conditions: list[Condition] = Field(default_factory=list, description="Conditions.")
