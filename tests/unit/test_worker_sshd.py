@@ -168,29 +168,8 @@ def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path):
     port = free_port()
     env = {**os.environ, "HOME": str(tmp_path / "home"), "HVJOB_PROBE": "from-the-pod"}
     (tmp_path / "home").mkdir()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "horovod_worker.sshd",
-            f"--keys-dir={secret}",
-            f"--dir={private}",
-            f"--port={port}",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    server = _serve(secret, private, port, env)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, server.communicate()[0]
-            assert time.monotonic() < deadline, "sshd did not listen"
-            time.sleep(0.1)
         user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
         out = subprocess.run(
             ["ssh", "-F", str(private / "ssh_config"), f"{user}@127.0.0.1", "echo $HVJOB_PROBE"],
