@@ -26,7 +26,7 @@ lint:  ## ruff and mypy (strict for the operator)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy operator/horovod_operator
+	.venv/bin/mypy operator/horovod_operator contract/horovod_contract
 	.venv/bin/mypy worker/horovod_worker
 
 format:

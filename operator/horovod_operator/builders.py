@@ -10,7 +10,7 @@ import base64
 import copy
 from typing import Any
 
-from horovod_worker import contract
+import horovod_contract as contract
 
 from . import names
 from .api import API_VERSION, KIND, HorovodJob, HorovodJobSpec
@@ -93,8 +93,8 @@ def new_config_map(job: HorovodJob) -> Obj:
         "kind": "ConfigMap",
         "metadata": _metadata(job, names.config_name(name), names.base_labels(name)),
         "data": {
-            contract.HOSTFILE: hostfile(job),
-            contract.DISCOVER_HOSTS: discover_hosts_script(job),
+            names.HOSTFILE: hostfile(job),
+            names.DISCOVER_HOSTS: discover_hosts_script(job),
         },
     }
 
@@ -115,7 +115,7 @@ def new_worker_service(job: HorovodJob) -> Obj:
             "publishNotReadyAddresses": True,
             "selector": {
                 names.LABEL_JOB_NAME: name,
-                names.LABEL_ROLE: contract.ROLE_WORKER,
+                names.LABEL_ROLE: names.ROLE_WORKER,
             },
             "ports": [
                 {
@@ -138,16 +138,12 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
     cannot override (ssh keeps the first value it is given).
     """
     return [
-        "python",
-        "-m",
-        "horovod_worker.sshd",
-        "--client-only",
-        "--",
+        *contract.LAUNCHER_SSH_CLIENT_COMMAND,
         "horovodrun",
         "-np",
         str(spec.total_slots()),
         "--hostfile",
-        f"{contract.CONFIG_MOUNT_PATH}/{contract.HOSTFILE}",
+        f"{names.CONFIG_MOUNT_PATH}/{names.HOSTFILE}",
         "-p",
         str(contract.SSH_PORT),
         *spec.command,
@@ -156,12 +152,12 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
 
 def _env(job: HorovodJob, role: str) -> list[Obj]:
     env = [
-        {"name": contract.ENV_JOB_NAME, "value": job.metadata.name},
-        {"name": contract.ENV_JOB_NAMESPACE, "value": job.metadata.namespace},
-        {"name": contract.ENV_ROLE, "value": role},
+        {"name": names.ENV_JOB_NAME, "value": job.metadata.name},
+        {"name": names.ENV_JOB_NAMESPACE, "value": job.metadata.namespace},
+        {"name": names.ENV_ROLE, "value": role},
         {"name": contract.ENV_EXPECTED_SIZE, "value": str(job.spec.total_slots())},
     ]
-    if role == contract.ROLE_LAUNCHER:
+    if role == names.ROLE_LAUNCHER:
         # Open MPI shortens hostfile names to their first label, and
         # `<job>-worker-<i>` alone does not resolve: pods' DNS search path covers
         # `<ns>.svc`, not the job's `<subdomain>.<ns>.svc`. Keep the full names.
@@ -184,10 +180,10 @@ def _volumes(job: HorovodJob) -> list[Obj]:
             "configMap": {
                 "name": names.config_name(name),
                 "items": [
-                    {"key": contract.HOSTFILE, "path": contract.HOSTFILE},
+                    {"key": names.HOSTFILE, "path": names.HOSTFILE},
                     {
-                        "key": contract.DISCOVER_HOSTS,
-                        "path": contract.DISCOVER_HOSTS,
+                        "key": names.DISCOVER_HOSTS,
+                        "path": names.DISCOVER_HOSTS,
                         "mode": 0o755,
                     },
                 ],
@@ -199,7 +195,7 @@ def _volumes(job: HorovodJob) -> list[Obj]:
 def _volume_mounts() -> list[Obj]:
     return [
         {"name": names.SSH_VOLUME, "mountPath": contract.SSH_MOUNT_PATH, "readOnly": True},
-        {"name": names.CONFIG_VOLUME, "mountPath": contract.CONFIG_MOUNT_PATH, "readOnly": True},
+        {"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
     ]
 
 
@@ -266,13 +262,13 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int) -> Obj:
     """Worker pod `<job>-worker-<i>`: sshd by default, reachable as its hostname."""
     name = job.metadata.name
     labels = {
-        **names.role_labels(name, contract.ROLE_WORKER),
+        **names.role_labels(name, names.ROLE_WORKER),
         names.LABEL_JOB_UID: job.metadata.uid,
         names.LABEL_WORKER_INDEX: str(index),
         names.LABEL_ATTEMPT: str(attempt),
     }
     template_meta, pod_spec, container = _pod_template(
-        job, job.spec.worker.template, contract.ROLE_WORKER, labels
+        job, job.spec.worker.template, names.ROLE_WORKER, labels
     )
     pod_spec["hostname"] = names.worker_name(name, index)
     pod_spec["subdomain"] = names.service_name(name)
@@ -308,12 +304,12 @@ def new_launcher_job(job: HorovodJob, attempt: int) -> Obj:
     """
     name = job.metadata.name
     labels = {
-        **names.role_labels(name, contract.ROLE_LAUNCHER),
+        **names.role_labels(name, names.ROLE_LAUNCHER),
         names.LABEL_JOB_UID: job.metadata.uid,
         names.LABEL_ATTEMPT: str(attempt),
     }
     template_meta, pod_spec, container = _pod_template(
-        job, job.spec.launcher.template, contract.ROLE_LAUNCHER, labels
+        job, job.spec.launcher.template, names.ROLE_LAUNCHER, labels
     )
     container.setdefault("command", launcher_command(job.spec))
     return {

@@ -14,8 +14,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from horovod_worker import contract
-
 from . import names
 from .api import Failure, LauncherStatus
 
@@ -254,7 +252,7 @@ def sort_children(
     children = Children()
     foreign = children.foreign
     for batch_job in batch_jobs:
-        if role_of(batch_job) != contract.ROLE_LAUNCHER:
+        if role_of(batch_job) != names.ROLE_LAUNCHER:
             continue
         if controlled_by(batch_job, uid):
             children.launcher_job = batch_job
@@ -263,11 +261,11 @@ def sort_children(
     launcher_uid = uid_of(children.launcher_job) if children.launcher_job else ""
     for pod in pods:
         role = role_of(pod)
-        if role == contract.ROLE_WORKER and controlled_by(pod, uid):
+        if role == names.ROLE_WORKER and controlled_by(pod, uid):
             children.workers.append(pod)
-        elif role == contract.ROLE_LAUNCHER and launcher_uid and controlled_by(pod, launcher_uid):
+        elif role == names.ROLE_LAUNCHER and launcher_uid and controlled_by(pod, launcher_uid):
             children.launcher_pods.append(pod)
-        elif role == contract.ROLE_LAUNCHER and labels_of(pod).get(names.LABEL_JOB_UID) == uid:
+        elif role == names.ROLE_LAUNCHER and labels_of(pod).get(names.LABEL_JOB_UID) == uid:
             children.stray_launcher_pods.append(pod)
         else:
             foreign[name_of(pod)] = pod
@@ -347,6 +345,6 @@ def launcher_failures(children: Children, launcher: LauncherStatus) -> list[Fail
     name = launcher.pod_name or "launcher"
     return [
         Failure(
-            pod=name, container=contract.ROLE_LAUNCHER, exit_code=launcher.exit_code, reason="Error"
+            pod=name, container=names.ROLE_LAUNCHER, exit_code=launcher.exit_code, reason="Error"
         )
     ]

@@ -23,6 +23,19 @@ LAUNCHER_CONTAINER: Final = "launcher"
 SSH_VOLUME: Final = "horovod-ssh"
 CONFIG_VOLUME: Final = "horovod-config"
 
+# The per-job ConfigMap (<job>-config) is mounted here in the launcher.
+CONFIG_MOUNT_PATH: Final = "/etc/horovod/config"
+HOSTFILE: Final = "hostfile"
+DISCOVER_HOSTS: Final = "discover_hosts.sh"
+
+ROLE_LAUNCHER: Final = "launcher"
+ROLE_WORKER: Final = "worker"
+
+# Set on every container for the user's own code; the worker image reads none of them.
+ENV_JOB_NAME: Final = "HVJOB_NAME"
+ENV_JOB_NAMESPACE: Final = "HVJOB_NAMESPACE"
+ENV_ROLE: Final = "HVJOB_ROLE"  # ROLE_LAUNCHER or ROLE_WORKER
+
 
 def worker_name(job: str, index: int) -> str:
     return f"{job}-worker-{index}"

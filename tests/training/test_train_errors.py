@@ -6,7 +6,7 @@ import sys
 import pytest
 from training_helpers import REPO, horovodrun, worker_env
 
-from horovod_worker import contract
+import horovod_contract as contract
 
 ERROR = "horovod_worker.train: error: "
 

@@ -8,7 +8,7 @@ import pytest
 from testsupport import skip_unless_ci
 from training_helpers import Run, built_with, horovodrun
 
-from horovod_worker import contract
+import horovod_contract as contract
 
 EPOCHS = 3
 COMMON = ["--framework=pytorch", "--dataset=digits", "--batch-size=32", "--lr=0.05"]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from training_helpers import Run, horovodrun
 
-from horovod_worker import contract
+import horovod_contract as contract
 
 EPOCHS = 3
 COMMON = ["--framework=tensorflow", "--dataset=digits", "--batch-size=32", "--lr=0.05"]

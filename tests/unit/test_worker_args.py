@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from horovod_worker import contract
+import horovod_contract as contract
 from horovod_worker.common import WorkerError, check_expected_size
 from horovod_worker.train import build_parser, main, parse_config
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from horovod_worker import contract
+import horovod_contract as contract
 from horovod_worker.common import (
     WorkerError,
     agree_on_error,
@@ -14,7 +14,6 @@ from horovod_worker.common import (
     learning_rate,
     parse_result,
     rank_line,
-    result_line,
 )
 from horovod_worker.data import (
     MNIST_FILES,
@@ -135,7 +134,7 @@ def test_checksum_sees_one_bit():
 
 
 def test_result_line_round_trips_through_horovodrun_prefixes():
-    line = result_line({"framework": "pytorch", "size": 2, "test_accuracy": 0.95})
+    line = contract.result_line({"framework": "pytorch", "size": 2, "test_accuracy": 0.95})
     assert line.startswith(f"{contract.RESULT_PREFIX} {{")
     output = f"[1,0]<stdout>:epoch 1/1 loss=0.3\n[1,0]<stdout>:{line}\n"
     assert parse_result(output) == json.loads(line.split(" ", 1)[1])
@@ -204,6 +203,6 @@ def test_rank_lines_survive_open_mpi_cutting_lines_between_chunks():
 
 
 def test_result_line_found_when_another_rank_cuts_it():
-    line = result_line({"framework": "pytorch", "size": 2})
+    line = contract.result_line({"framework": "pytorch", "size": 2})
     output = f"[1,0]<stdout>:{line[:30]}[1,1]<stdout>:rank 1 noise\n[1,0]<stdout>:{line[30:]}\n"
     assert parse_result(output) == {"framework": "pytorch", "size": 2}

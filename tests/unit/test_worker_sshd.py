@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from testsupport import skip_unless_ci
 
-from horovod_worker import contract
+import horovod_contract as contract
 from horovod_worker.sshd import (
     SetupError,
     install_keys,

@@ -6,7 +6,6 @@ Nothing here imports a framework. Horovod is passed in as ``hvd`` (the
 """
 
 import hashlib
-import json
 import os
 import socket
 import sys
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from horovod_worker import contract
+import horovod_contract as contract
 from horovod_worker.rank_output import split_by_rank
 
 
@@ -210,21 +209,12 @@ def run_summary(
     }
 
 
-def result_line(result: Mapping[str, Any]) -> str:
-    return f"{contract.RESULT_PREFIX} {json.dumps(result, sort_keys=True)}"
-
-
 def parse_result(output: str) -> dict[str, Any]:
     """The last result line in some output, whatever launcher tags it carries."""
-    marker = f"{contract.RESULT_PREFIX} "
     for _, line in reversed(split_by_rank(output)):
-        at = line.find(marker)
-        if at >= 0:
-            text = line[at + len(marker) :]
-            parsed, _ = json.JSONDecoder().raw_decode(text)
-            if not isinstance(parsed, dict):
-                raise ValueError(f"{contract.RESULT_PREFIX} is not a JSON object: {text[:80]}")
-            return parsed
+        result = contract.result_in_line(line)
+        if result is not None:
+            return result
     raise ValueError(f"no {contract.RESULT_PREFIX} line in the output")
 
 

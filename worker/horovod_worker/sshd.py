@@ -34,7 +34,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from horovod_worker import contract
+import horovod_contract as contract
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 HOST_KEY = contract.SSH_HOST_KEY

@@ -25,6 +25,7 @@ import horovod.tensorflow.keras as hvd_keras
 import numpy as np
 import tensorflow as tf
 
+import horovod_contract as contract
 from horovod_worker.common import (
     EpochMetrics,
     TrainConfig,
@@ -38,7 +39,6 @@ from horovod_worker.common import (
     learning_rate,
     log,
     rank_line,
-    result_line,
     run_summary,
 )
 from horovod_worker.data import DataError, Dataset, eval_shard, load
@@ -317,7 +317,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     )
     result["keras_version"] = keras_version()
     if rank == 0:
-        print(result_line(result), flush=True)
+        print(contract.result_line(result), flush=True)
     return result
 
 

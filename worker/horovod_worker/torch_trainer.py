@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+import horovod_contract as contract
 from horovod_worker.common import (
     EpochMetrics,
     TrainConfig,
@@ -38,7 +39,6 @@ from horovod_worker.common import (
     learning_rate,
     log,
     rank_line,
-    result_line,
     run_summary,
 )
 from horovod_worker.data import DataError, Dataset, eval_shard, load
@@ -287,5 +287,5 @@ def run(config: TrainConfig) -> dict[str, Any]:
         param_sq_norm=param_norm,
     )
     if rank == 0:
-        print(result_line(result), flush=True)
+        print(contract.result_line(result), flush=True)
     return result

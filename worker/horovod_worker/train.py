@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from horovod_worker import contract
+import horovod_contract as contract
 from horovod_worker.common import TrainConfig, WorkerError, error_exit
 from horovod_worker.data import DATASETS, DataError, mnist_paths
 

@@ -1,0 +1,69 @@
+"""The contract between the operator and the worker image, owned by neither.
+
+The operator writes pods that the worker image runs. Only the names both sides
+read live here: where the per-job ssh files are and what they are called, the
+port sshd listens on, the commands the operator asks the image to run, the
+environment the trainers check, and the lines trainers print that the operator,
+the demo and users parse. Names only one side reads stay in that side's package.
+
+Standard library only: the operator image installs neither torch nor TensorFlow,
+and the worker image does not install kopf.
+"""
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+# sshd in worker pods listens here. Above 1024 so that a non-root worker can bind it.
+SSH_PORT: Final = 2222
+
+# The per-job SSH Secret (<job>-ssh) is mounted here in the launcher and every worker.
+SSH_MOUNT_PATH: Final = "/etc/horovod/ssh"
+SSH_PRIVATE_KEY: Final = "id_ed25519"
+SSH_PUBLIC_KEY: Final = "id_ed25519.pub"
+SSH_AUTHORIZED_KEYS: Final = "authorized_keys"
+# The job's host key: every worker's sshd presents it, and the launcher's ssh
+# accepts no other (known_hosts holds its public half).
+SSH_HOST_KEY: Final = "ssh_host_ed25519_key"
+SSH_KNOWN_HOSTS: Final = "known_hosts"
+
+# The worker container's default command: prepares the key files with the modes
+# sshd demands (Secret volumes are root-owned) and execs sshd in the foreground.
+WORKER_SSHD_COMMAND: Final = ("python", "-m", "horovod_worker.sshd")
+# The launcher's prefix: copies the client keys out of the Secret, puts an ssh
+# that verifies the job's host key first on PATH, then execs what follows `--`.
+LAUNCHER_SSH_CLIENT_COMMAND: Final = ("python", "-m", "horovod_worker.sshd", "--client-only", "--")
+
+# The number of ranks the launcher starts (replicas x slotsPerWorker). Trainers
+# compare hvd.size() with it and fail loudly on a mismatch, because a Horovod
+# built with MPI but started without the Gloo controller silently runs every
+# process as its own world of size 1.
+ENV_EXPECTED_SIZE: Final = "HVJOB_EXPECTED_SIZE"
+
+# Every rank prints one line at start, "<RANK_PREFIX> rank=R size=N local_rank=L
+# local_size=M hostname=H device=D", so that tests and users see where each rank
+# ran and on which device (gpu:<i> or cpu).
+RANK_PREFIX: Final = "HVJOB_RANK"
+
+# Rank 0 prints one final line "<RESULT_PREFIX> {json}" (accuracy, loss, samples/s).
+RESULT_PREFIX: Final = "HVJOB_RESULT"
+
+
+def result_line(result: Mapping[str, Any]) -> str:
+    """The one line a trainer prints with its result."""
+    return f"{RESULT_PREFIX} {json.dumps(result, sort_keys=True)}"
+
+
+def result_in_line(line: str) -> dict[str, Any] | None:
+    """The result a line carries, wherever the marker sits in it (launchers prefix
+    lines with rank tags), or None when it carries none. Anything after the JSON
+    object is ignored: another rank's output may follow it on the same line."""
+    marker = f"{RESULT_PREFIX} "
+    at = line.find(marker)
+    if at < 0:
+        return None
+    text = line[at + len(marker) :]
+    parsed, _ = json.JSONDecoder().raw_decode(text)
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{RESULT_PREFIX} is not a JSON object: {text[:80]}")
+    return parsed
