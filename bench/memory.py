@@ -22,12 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from . import manifests
-from .kube import Client
-from .procs import REPO, OperatorProcess, OperatorSpec, log, rss_mb
+from localcluster import gobuild, operator
+from localcluster.cluster import Cluster, Layout
+from localcluster.kube import Client
+from localcluster.paths import REPO
 
-sys.path.insert(0, str(REPO / "hack"))
-import cluster as localcluster
+from . import manifests
+from .procs import OperatorSpec, log, operator_process, rss_mb
 
 RUNNING_NS = "mem-running"
 FINISHED_NS = "mem-finished"
@@ -62,13 +63,13 @@ def _settled_rss(pid: int, window: float = 10.0) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    layout = localcluster.Layout(root=Path(args.dir).resolve(), port_base=args.port_base)
-    impl = localcluster.Cluster(layout)
+    layout = Layout(root=Path(args.dir).resolve(), port_base=args.port_base)
+    impl = Cluster(layout)
     impl.down(quiet=True)
-    localcluster.build()
+    gobuild.build()
     impl.up()
     client = Client(layout.kubeconfig, user_agent="horovod-bench-memory")
-    op: OperatorProcess | None = None
+    op: operator.OperatorProcess | None = None
     try:
         impl.add_kwok_nodes(8, 0, prefix="mem-")
         impl.wait_nodes_ready()
@@ -83,13 +84,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             while client.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default") is None:
                 time.sleep(0.2)
         spec = OperatorSpec("ours", "horovod-operator", "horovod", args.qps, args.burst)
-        op = OperatorProcess(
+        op = operator_process(
             spec,
             layout.kubeconfig,
             [RUNNING_NS, FINISHED_NS],
             Path(args.out) / "memory-operator.log",
         )
-        op.start()
+        op.start_and_wait()
         idle = _settled_rss(op.pid, 5.0)
         log(f"idle, no job: {idle} MB")
 

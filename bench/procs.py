@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-MPI_TOOL_DIR = REPO / "bench" / "tools" / "mpi-operator"
-MPI_PACKAGE = "github.com/kubeflow/mpi-operator/cmd/mpi-operator"
-MPI_MODULE = "github.com/kubeflow/mpi-operator"
-CACHE = Path(os.environ.get("HOROVOD_OPERATOR_CACHE", Path.home() / ".cache" / "horovod-operator"))
-HEAVY_LOCK = "/tmp/heavy-build.lock"
+from localcluster import gobuild, operator
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # mpi-operator serves /healthz on this fixed port (cmd/mpi-operator/app/server.go).
@@ -32,56 +25,28 @@ def log(msg: str) -> None:
 # --- mpi-operator build ---------------------------------------------------------------------
 
 
-def go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("GOMODCACHE", str(Path.home() / ".cache" / "go-mod"))
-    env.setdefault("GOCACHE", str(Path.home() / ".cache" / "go-build"))
-    env["GOFLAGS"] = "-mod=mod -trimpath -buildvcs=false"
-    return env
+MPI_TOOL = gobuild.tool("mpi-operator")
 
 
 def mpi_version() -> str:
-    """The mpi-operator version pinned in bench/tools/mpi-operator/go.mod."""
-    for line in (MPI_TOOL_DIR / "go.mod").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0] == MPI_MODULE:
-            return parts[1]
-        if len(parts) >= 3 and parts[0] == "require" and parts[1] == MPI_MODULE:
-            return parts[2]
-    raise RuntimeError(f"{MPI_MODULE} is not required in {MPI_TOOL_DIR / 'go.mod'}")
+    """The mpi-operator version pinned in hack/tools/mpi-operator/go.mod."""
+    return MPI_TOOL.version()
 
 
 def mpi_binary() -> Path:
-    return CACHE / "bin" / f"mpi-operator-{mpi_version()}" / "mpi-operator"
-
-
-def mpi_module_dir() -> Path:
-    return Path(go_env()["GOMODCACHE"]) / f"{MPI_MODULE}@{mpi_version()}"
+    return gobuild.bin_path("mpi-operator")
 
 
 def mpi_crd() -> Path:
-    return mpi_module_dir() / "manifests" / "base" / "kubeflow.org_mpijobs.yaml"
+    return (
+        gobuild.module_dir(MPI_TOOL.module, mpi_version())
+        / "manifests/base/kubeflow.org_mpijobs.yaml"
+    )
 
 
 def build_mpi_operator() -> Path:
-    """go build mpi-operator from the module proxy (cached; heavy, so under the machine lock)."""
-    out = mpi_binary()
-    if out.exists() and mpi_crd().exists():
-        return out
-    go = shutil.which("go")
-    if go is None:
-        raise RuntimeError("`go` is not on PATH; install Go to build mpi-operator")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    log(f"building {MPI_PACKAGE}@{mpi_version()} (a few minutes on 2 cores)")
-    cmd = [go, "build", "-ldflags=-s -w", "-o", str(out), MPI_PACKAGE]
-    if shutil.which("flock"):
-        cmd = ["flock", HEAVY_LOCK, *cmd]
-    proc = subprocess.run(
-        cmd, cwd=MPI_TOOL_DIR, env=go_env(), text=True, capture_output=True, check=False
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"building mpi-operator failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
-    return out
+    """go build mpi-operator from the module proxy (cached; under the machine's build lock)."""
+    return gobuild.ensure("mpi-operator")
 
 
 # --- process sampling ----------------------------------------------------------------------
@@ -154,13 +119,6 @@ def port_free(port: int) -> bool:
     return True
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class OperatorSpec:
     """One operator configuration under test."""
@@ -178,105 +136,47 @@ class OperatorSpec:
         return ("horovod-operator", "kopf/") if self.kind == "horovod" else ("mpi-operator/",)
 
 
-class OperatorProcess:
-    def __init__(
-        self, spec: OperatorSpec, kubeconfig: Path, namespaces: list[str], log_path: Path
-    ) -> None:
-        self.spec = spec
-        self.kubeconfig = kubeconfig
-        self.namespaces = namespaces
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
+class MpiOperatorProcess(operator.OperatorProcess):
+    """kubeflow/mpi-operator as released, with the same start/stop/tail surface."""
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+    def __init__(self, spec: OperatorSpec, kubeconfig: Path, namespace: str, log_path: Path):
+        super().__init__(kubeconfig, [namespace], log_path)
+        self.spec = spec
+        self.port = MPI_HEALTH_PORT
 
     def argv(self) -> list[str]:
-        spec = self.spec
-        if spec.kind == "horovod":
-            self.port = free_port()
-            ns_args = [a for ns in self.namespaces for a in ("--namespace", ns)]
-            return [
-                sys.executable,
-                "-m",
-                "horovod_operator",
-                *ns_args,
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--http-port",
-                str(self.port),
-                "--qps",
-                str(spec.qps),
-                "--burst",
-                str(spec.burst),
-                *spec.extra,
-            ]
-        if len(self.namespaces) != 1:
-            raise ValueError("mpi-operator watches one namespace (or all)")
-        self.port = MPI_HEALTH_PORT
+        namespace = self.namespaces[0]
         return [
             str(mpi_binary()),
             f"--kubeConfig={self.kubeconfig}",
-            f"--namespace={self.namespaces[0]}",
+            f"--namespace={namespace}",
             # The lease lives beside the jobs, so a fresh instance never waits out an old lease.
-            f"--lock-namespace={self.namespaces[0]}",
-            f"--kube-api-qps={int(spec.qps)}",
-            f"--kube-api-burst={spec.burst}",
+            f"--lock-namespace={namespace}",
+            f"--kube-api-qps={int(self.spec.qps)}",
+            f"--kube-api-burst={self.spec.burst}",
             "--monitoring-port=0",
-            *spec.extra,
+            *self.spec.extra,
         ]
 
-    def start(self, timeout: float = 90) -> float:
-        """Start and wait until it works; returns the seconds that took."""
-        argv = self.argv()
-        if self.spec.kind == "mpi" and not port_free(MPI_HEALTH_PORT):
+    def start(self) -> None:
+        if not port_free(MPI_HEALTH_PORT):
             raise RuntimeError(
                 f"port {MPI_HEALTH_PORT} is taken; mpi-operator serves /healthz there (fixed)"
             )
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env
-            )
-        deadline = started + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"{self.spec.label} exited ({self.proc.returncode}) at start:\n{self.tail()}"
-                )
-            if self._ready():
-                return time.monotonic() - started
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.spec.label} not ready after {timeout}s:\n{self.tail()}")
+        super().start()
 
-    def _ready(self) -> bool:
-        if self.spec.kind == "mpi":
-            # Informers synced and workers started (after it won the lease).
-            return "Started workers" in self.log_path.read_text(errors="replace")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+    def ready(self) -> bool:
+        # Informers synced and workers started (after it won the lease).
+        return "Started workers" in self.tail(10_000)
 
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
-    def tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+def operator_process(
+    spec: OperatorSpec, kubeconfig: Path, namespaces: list[str], log_path: Path
+) -> operator.OperatorProcess:
+    """The process for one configuration under test: ours, or mpi-operator."""
+    if spec.kind == "horovod":
+        extra = ["--qps", str(spec.qps), "--burst", str(spec.burst), *spec.extra]
+        return operator.OperatorProcess(kubeconfig, namespaces, log_path, extra)
+    if len(namespaces) != 1:
+        raise ValueError("mpi-operator watches one namespace (or all)")
+    return MpiOperatorProcess(spec, kubeconfig, namespaces[0], log_path)

@@ -4,7 +4,7 @@
     .venv/bin/python -m bench --quick         # one small case of each kind; CI smoke
     .venv/bin/python -m bench --reuse DIR     # against a cluster already up (hack/cluster.sh)
 
-Starts its own control plane (hack/cluster.py, audit log on) unless --reuse is
+Starts its own control plane (localcluster, audit log on) unless --reuse is
 given, adds kwok GPU nodes with room for the largest job and the burst, builds
 mpi-operator from the Go module proxy, and runs every scenario against each
 operator configuration in turn, one operator process at a time, each scoped to
@@ -29,11 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from localcluster import gobuild, operator
+from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, Cluster, Layout
+from localcluster.kube import Client
+from localcluster.paths import REPO
+from localcluster.versions import read_versions
+
 from . import audit, manifests, report
-from .kube import Client
 from .procs import (
-    REPO,
-    OperatorProcess,
     OperatorSpec,
     Sampler,
     build_mpi_operator,
@@ -41,13 +44,11 @@ from .procs import (
     log,
     mpi_crd,
     mpi_version,
+    operator_process,
     rss_mb,
 )
 from .stats import summarize
 from .tracker import Tracker
-
-sys.path.insert(0, str(REPO / "hack"))
-import cluster as localcluster
 
 HV_CRD = REPO / "crds" / "horovod.ai_horovodjobs.yaml"
 DEFAULT_OUT = REPO / "docs" / "benchmarks"
@@ -142,7 +143,7 @@ class Bench:
         self.run_id = uuid.uuid4().hex[:5]
         self.out = Path(args.out)
         self.logs = Path(args.dir).resolve().parent / f"{Path(args.dir).name}-logs"
-        self.impl: localcluster.Cluster | None = None
+        self.impl: Cluster | None = None
         self.owned_cluster = False
         self.client: Client | None = None
         self.audit_path: Path | None = None
@@ -153,16 +154,15 @@ class Bench:
     def cluster_up(self) -> None:
         args = self.args
         if args.reuse:
-            layout = localcluster.Layout.load(Path(args.reuse).resolve())
-            self.impl = localcluster.Cluster(layout)
+            layout = Layout.load(Path(args.reuse).resolve())
+            self.impl = Cluster(layout)
             if not self.impl.status()["apiserver_ready"]:
                 raise SystemExit(f"--reuse {args.reuse}: no ready cluster there")
         else:
-            os.environ["HVK_AUDIT"] = "1"
-            layout = localcluster.Layout(root=Path(args.dir).resolve(), port_base=args.port_base)
-            self.impl = localcluster.Cluster(layout)
+            layout = Layout(root=Path(args.dir).resolve(), port_base=args.port_base, audit=True)
+            self.impl = Cluster(layout)
             self.impl.down(quiet=True)
-            localcluster.build()
+            gobuild.build()
             self.impl.up()
             self.owned_cluster = True
         impl = self.impl
@@ -173,7 +173,10 @@ class Bench:
         audit_log = impl.layout.logs / "audit.log"
         self.audit_path = audit_log if audit_log.exists() else None
         if self.audit_path is None:
-            log("no audit log (start the cluster with HVK_AUDIT=1): API counts are skipped")
+            log(
+                "no audit log (start the cluster with `hack/cluster.sh up --audit`): "
+                "API counts are skipped"
+            )
         self.client = Client(impl.layout.kubeconfig)
         self.logs.mkdir(parents=True, exist_ok=True)
 
@@ -234,10 +237,10 @@ class Bench:
             time.sleep(0.5)
 
     @contextlib.contextmanager
-    def operator(self, spec: OperatorSpec, ns: str) -> Iterator[OperatorProcess]:
+    def operator(self, spec: OperatorSpec, ns: str) -> Iterator[operator.OperatorProcess]:
         assert self.impl is not None
-        proc = OperatorProcess(spec, self.impl.layout.kubeconfig, [ns], self.logs / f"{ns}.log")
-        proc.start()
+        proc = operator_process(spec, self.impl.layout.kubeconfig, [ns], self.logs / f"{ns}.log")
+        proc.start_and_wait()
         profiler = self._profile(proc, ns)
         time.sleep(0.5)  # the watches' initial lists are in flight right after readiness
         try:
@@ -250,7 +253,7 @@ class Bench:
                 except subprocess.TimeoutExpired:
                     profiler.kill()
 
-    def _profile(self, proc: OperatorProcess, ns: str) -> subprocess.Popen[bytes] | None:
+    def _profile(self, proc: operator.OperatorProcess, ns: str) -> subprocess.Popen[bytes] | None:
         """py-spy on our operator (--profile): collapsed stacks, one file per scenario."""
         if not self.args.profile or proc.spec.kind != "horovod":
             return None
@@ -363,7 +366,7 @@ class Bench:
         )
         t_running = tracker.phase_at(name, "Running")
         launcher = tracker.launcher_pod(name)
-        annotations = {localcluster.SIM_PHASE: "Succeeded", localcluster.SIM_EXIT_CODE: "0"}
+        annotations = {SIM_PHASE: "Succeeded", SIM_EXIT_CODE: "0"}
         client.merge_patch(
             f"/api/v1/namespaces/{ns}/pods/{launcher}", {"metadata": {"annotations": annotations}}
         )
@@ -564,9 +567,9 @@ def meta(
     args: argparse.Namespace,
     specs: list[OperatorSpec],
     p: dict[str, Any],
-    impl: localcluster.Cluster | None,
+    impl: Cluster | None,
 ) -> dict[str, Any]:
-    versions = localcluster.read_versions()
+    versions = read_versions()
     cpu = "unknown"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.soak                      # 10 minutes, ~300 jobs (make soak)
     .venv/bin/python -m bench.soak --minutes 1.5 --jobs 20 --seed 7   # the CI variant
 
-Starts its own control plane (hack/cluster.py, kwok nodes) and two operator
+Starts its own control plane (localcluster, kwok nodes) and two operator
 replicas with leader election, then for `--minutes` submits jobs, finishes
 their launchers, and injects one fault every few seconds, chosen by a seeded
 random generator: deleting and evicting worker pods, failing launchers and
@@ -29,7 +29,6 @@ import datetime as dt
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -39,11 +38,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .kube import ApiError, Client
-from .procs import REPO, OperatorProcess, OperatorSpec, log
+from localcluster import gobuild
+from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, SIM_REASON, Cluster, Layout
+from localcluster.kube import ApiError, Client
+from localcluster.paths import REPO
 
-sys.path.insert(0, str(REPO / "hack"))
-import cluster as localcluster
+from .procs import OperatorSpec, log, operator_process
 
 NS = "soak"
 LEASE = "soak-operator"
@@ -101,12 +101,10 @@ class Soak:
     # --- set-up ----------------------------------------------------------------------------
 
     def up(self) -> None:
-        layout = localcluster.Layout(
-            root=Path(self.args.dir).resolve(), port_base=self.args.port_base
-        )
-        self.cluster = localcluster.Cluster(layout)
+        layout = Layout(root=Path(self.args.dir).resolve(), port_base=self.args.port_base)
+        self.cluster = Cluster(layout)
         self.cluster.down(quiet=True)
-        localcluster.build()
+        gobuild.build()
         self.cluster.up()
         self.kubeconfig = layout.kubeconfig
         # One client per thread: bench.kube.Client keeps one connection.
@@ -143,11 +141,11 @@ class Soak:
         )
         self.logs.mkdir(parents=True, exist_ok=True)
         self.operators = [
-            OperatorProcess(spec, layout.kubeconfig, [NS], self.logs / f"operator-{i}.log")
+            operator_process(spec, layout.kubeconfig, [NS], self.logs / f"operator-{i}.log")
             for i in range(2)
         ]
         for op in self.operators:
-            op.start()
+            op.start_and_wait()
 
     def down(self) -> None:
         for op in self.operators:
@@ -199,11 +197,11 @@ class Soak:
         client: Client | None = None,
     ) -> None:
         annotations = {
-            localcluster.SIM_PHASE: phase,
-            localcluster.SIM_EXIT_CODE: str(exit_code),
+            SIM_PHASE: phase,
+            SIM_EXIT_CODE: str(exit_code),
         }
         if reason:
-            annotations[localcluster.SIM_REASON] = reason
+            annotations[SIM_REASON] = reason
         self.finisher.merge_patch(
             f"{PODS}/{pod['metadata']['name']}", {"metadata": {"annotations": annotations}}
         )
@@ -278,9 +276,8 @@ class Soak:
         for op in self.operators:
             is_leader = f"-{op.pid}-" in holder
             if is_leader == leader and op.proc is not None and op.proc.poll() is None:
-                op.proc.send_signal(signal.SIGKILL)
-                op.proc.wait(timeout=10)
-                op.start()  # a new process, as a Deployment's pod would be
+                op.kill()
+                op.start_and_wait()  # a new process, as a Deployment's pod would be
                 return True
         return False
 

@@ -13,8 +13,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from localcluster.kube import Client
+
 from . import manifests
-from .kube import Client
 
 Obj = dict[str, Any]
 

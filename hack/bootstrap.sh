@@ -44,7 +44,7 @@ say "installing the operator, dev and benchmark tools into .venv"
 say "building the local control plane (cached after the first run)"
 hack/cluster.sh build
 say "building CoreDNS for the local node agent (cached after the first run)"
-.venv/bin/python hack/nodeagent build
+hack/nodeagent.sh build
 
 if [[ "${SKIP_WORKER:-0}" != 1 ]]; then
   say "installing the worker frameworks and Horovod (cached after the first run)"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Build and run the local Kubernetes control plane (see hack/cluster.py --help).
+# Build and run the local Kubernetes control plane (python -m localcluster --help).
 set -euo pipefail
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="$(command -v python3 || true)"
 if [[ -z "$py" ]]; then
   echo "error: python3 is not installed. Fix: apt-get install -y python3" >&2
   exit 1
 fi
-exec "$py" "$here/cluster.py" "$@"
+# The package is standard library only: this runs before any virtualenv exists.
+PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -m localcluster "$@"

@@ -7,7 +7,7 @@
 #   hack/demo.sh --skip-install    do not run hack/bootstrap.sh (all is installed already)
 #
 # Without a cluster it installs what is needed (hack/bootstrap.sh), starts the
-# local control plane (hack/cluster.sh) and the node agent (hack/nodeagent),
+# local control plane (hack/cluster.sh) and the node agent (hack/nodeagent.sh),
 # which runs every pod as local processes in their own network namespaces, so
 # the launcher really reaches the workers over ssh. Then it installs the CRD,
 # starts the operator, applies the example, streams the launcher's training
@@ -79,7 +79,7 @@ if ((local_cluster)); then
     hack/bootstrap.sh
   fi
   say "building CoreDNS for the pods' cluster DNS (cached)"
-  .venv/bin/python hack/nodeagent build >/dev/null
+  hack/nodeagent.sh build >/dev/null
   say "starting the local control plane ($cluster_dir)"
   hack/cluster.sh down --dir "$cluster_dir" >/dev/null 2>&1 || true
   hack/cluster.sh up --dir "$cluster_dir" --port-base "${DEMO_PORT_BASE:-16800}"
@@ -90,7 +90,7 @@ if ((local_cluster)); then
   kubectl delete nodes -l horovod.ai/node-kind=kwok --wait=true >/dev/null
   say "starting the node agent (nodes local-0 and local-1; log: $work/nodeagent.log)"
   rm -f "$work/agent-ready.json"
-  .venv/bin/python hack/nodeagent --state-dir "$agent_dir" run --kubeconfig "$KUBECONFIG" \
+  hack/nodeagent.sh --state-dir "$agent_dir" run --kubeconfig "$KUBECONFIG" \
     --no-taint --ready-file "$work/agent-ready.json" >"$work/nodeagent.log" 2>&1 &
   agent_pid=$!
   for _ in $(seq 600); do

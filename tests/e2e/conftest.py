@@ -1,4 +1,4 @@
-"""Fixtures for whole jobs run as local processes (hack/nodeagent).
+"""Fixtures for whole jobs run as local processes (localcluster.nodeagent).
 
 `cluster` starts the local control plane once per run, in its own state dir and
 ports (HVK_E2E_DIR, HVK_E2E_PORT_BASE; HVK_E2E_REUSE=<state dir> reuses one you
@@ -11,26 +11,16 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
-sys.path.insert(0, str(REPO / "hack"))
-
-from clusterlib import KubeCluster, fresh_namespace, session_cluster  # noqa: E402
-from e2elib import AGENT, PYTHON, Agent  # noqa: E402
-from testsupport import stop_process  # noqa: E402
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/e2e" in str(item.fspath):
-            item.add_marker(pytest.mark.e2e)
+from localcluster.paths import REPO
+from tests.support.cluster import KubeCluster, fresh_namespace, session_cluster
+from tests.support.nodeagent import AGENT, Agent
+from tests.support.process import stop_process
 
 
 @pytest.fixture(scope="session")
@@ -43,9 +33,7 @@ def cluster() -> Iterator[KubeCluster]:
 def agent(cluster: KubeCluster) -> Iterator[Agent]:
     state = Path(os.environ.get("HVK_E2E_AGENT_DIR", REPO / ".work" / "e2e-nodeagent"))
     state.mkdir(parents=True, exist_ok=True)
-    build = subprocess.run(
-        [str(PYTHON), str(AGENT), "build"], capture_output=True, text=True, timeout=1800
-    )
+    build = subprocess.run([str(AGENT), "build"], capture_output=True, text=True, timeout=1800)
     if build.returncode != 0:
         pytest.fail(f"building CoreDNS failed:\n{build.stderr}{build.stdout}")
     ready = state / "ready.json"
@@ -54,7 +42,6 @@ def agent(cluster: KubeCluster) -> Iterator[Agent]:
     with open(log_file, "ab") as out:
         proc = subprocess.Popen(
             [
-                str(PYTHON),
                 str(AGENT),
                 "--state-dir",
                 str(state),

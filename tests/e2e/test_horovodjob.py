@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 import yaml
-from clusterlib import KubeCluster, wait_for
-from e2elib import LOCAL_PLACEMENT, PYTHON, REPO, Agent, alive
-from testsupport import stop_process
 
 from horovod_worker.common import parse_result
 from horovod_worker.rank_output import split_by_rank
+from tests.support.cluster import KubeCluster, wait_for
+from tests.support.nodeagent import LOCAL_PLACEMENT, PYTHON, REPO, Agent, alive
+from tests.support.process import stop_process
 
 ACCURACY_BAR = 0.90
 RANK_LINE = re.compile(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from clusterlib import KubeCluster, wait_for
-from e2elib import Agent, alive, local_pod, pod_phase
+from tests.support.cluster import KubeCluster, wait_for
+from tests.support.nodeagent import Agent, alive, local_pod, pod_phase
 
 
 def _condition(pod: dict[str, Any], kind: str) -> str | None:

@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2elib import AGENT, PYTHON
-from nodeagent import spec
-from nodeagent.agent import netns_prefix
-from nodeagent.netns import list_netns
-from nodeagent.spec import ContainerState
-from testsupport import skip_unless_ci
+
+from localcluster.nodeagent import spec
+from localcluster.nodeagent.agent import netns_prefix
+from localcluster.nodeagent.netns import list_netns
+from localcluster.nodeagent.spec import ContainerState
+from tests.support.nodeagent import AGENT
+from tests.support.process import skip_unless_ci
 
 POD: dict[str, Any] = {
     "metadata": {"name": "w-0", "namespace": "ns", "uid": "u1", "labels": {"app": "a"}},
@@ -170,7 +171,6 @@ def test_agent_without_privileges_stops_at_start_with_cause_and_fix(tmp_path: Pa
             "setpriv",
             "--bounding-set",
             "-sys_admin,-net_admin",
-            str(PYTHON),
             str(AGENT),
             "--state-dir",
             str(tmp_path / "state"),

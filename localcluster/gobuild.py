@@ -1,0 +1,247 @@
+"""The one Go builder: every binary the tooling needs, built from a pinned go.mod.
+
+Each tool is a directory under hack/tools whose go.mod pins the upstream module;
+its binaries land in ~/.cache/horovod-operator/bin/<tool>-<version>/ with a stamp
+of the go.mod, go.sum and link flags, so a warm build takes milliseconds and a
+changed pin rebuilds. Builds take a machine-wide lock: two Go compiles at once on
+a 2-core machine only make both slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import CACHE, TOOLS_DIR
+from .versions import go_module_version, read_versions
+
+HEAVY_LOCK = Path("/tmp/heavy-build.lock")
+
+
+class BuildError(RuntimeError):
+    """A tool could not be built; the message says how to fix it."""
+
+
+def log(msg: str) -> None:
+    print(f"[gobuild] {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One go.mod under hack/tools and the binaries built from it (name -> package)."""
+
+    name: str
+    binaries: dict[str, str]
+    # Where the version comes from: a key of hack/versions.env, or else the
+    # version the go.mod requires of `module`.
+    version_key: str = ""
+    module: str = ""
+    # Go packages whose version variables are stamped at link time, as the upstream
+    # release build does; without them kubectl refuses the "v0.0.0-master" it would report.
+    version_packages: tuple[str, ...] = ()
+    # Packages whose k8sVersionMajor/Minor say which Kubernetes `helm template` and
+    # `helm lint` assume without a cluster (helm's Makefile sets them from its client-go).
+    kube_version_packages: tuple[str, ...] = ()
+    # Variables that hold the plain version string (helm's own `helm version`).
+    version_vars: tuple[str, ...] = ()
+    # Built by `hack/cluster.sh build`; the others when their user first needs them.
+    control_plane: bool = True
+
+    @property
+    def go_dir(self) -> Path:
+        return TOOLS_DIR / self.name
+
+    def version(self) -> str:
+        if self.version_key:
+            return read_versions()[self.version_key]
+        return go_module_version(self.go_dir / "go.mod", self.module)
+
+    def bin_dir(self) -> Path:
+        return CACHE / "bin" / f"{self.name}-{self.version()}"
+
+    def ldflags(self) -> str:
+        version = self.version()
+        flags = ["-s", "-w", *(f"-X {var}={version}" for var in self.version_vars)]
+        if self.kube_version_packages:
+            kube_minor = go_module_version(self.go_dir / "go.mod", "k8s.io/client-go").split(".")[1]
+            for pkg in self.kube_version_packages:
+                flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={kube_minor}"]
+        major, minor = version.lstrip("v").split(".")[:2]
+        for pkg in self.version_packages:
+            flags += [
+                f"-X {pkg}.{k}={v}"
+                for k, v in (
+                    ("gitVersion", version),
+                    ("gitMajor", major),
+                    ("gitMinor", minor),
+                    ("gitTreeState", "clean"),
+                    ("buildDate", "1970-01-01T00:00:00Z"),
+                )
+            ]
+        return " ".join(flags)
+
+    def stamp(self) -> str:
+        digest = hashlib.sha256(self.ldflags().encode())
+        for name in ("go.mod", "go.sum", "main.go"):
+            path = self.go_dir / name
+            if path.exists():
+                digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+    def built(self) -> bool:
+        out = self.bin_dir()
+        stamp = out / ".stamp"
+        return (
+            stamp.exists()
+            and stamp.read_text() == self.stamp()
+            and all((out / b).exists() for b in self.binaries)
+        )
+
+
+TOOLS = (
+    Tool(
+        "kubernetes",
+        {
+            name: f"k8s.io/kubernetes/cmd/{name}"
+            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+        },
+        version_key="KUBERNETES_VERSION",
+        version_packages=("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"),
+    ),
+    # etcd's server module root is the etcd main package.
+    Tool("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}, version_key="ETCD_VERSION"),
+    Tool("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}, version_key="KWOK_VERSION"),
+    Tool(
+        "helm",
+        {"helm": "helm.sh/helm/v3/cmd/helm"},
+        version_key="HELM_VERSION",
+        kube_version_packages=("helm.sh/helm/v3/pkg/chartutil", "helm.sh/helm/v3/pkg/lint/rules"),
+        version_vars=("helm.sh/helm/v3/internal/version.version",),
+    ),
+    # The node agent's cluster DNS: a main package linking only the plugins it uses.
+    Tool("coredns", {"coredns": "."}, module="github.com/coredns/coredns", control_plane=False),
+    # The benchmark's peer, built from the module proxy as released.
+    Tool(
+        "mpi-operator",
+        {"mpi-operator": "github.com/kubeflow/mpi-operator/cmd/mpi-operator"},
+        module="github.com/kubeflow/mpi-operator",
+        control_plane=False,
+    ),
+)
+
+
+def tool(name: str) -> Tool:
+    for candidate in TOOLS:
+        if candidate.name == name:
+            return candidate
+    raise KeyError(f"no tool {name!r} under {TOOLS_DIR}")
+
+
+def bin_path(binary: str) -> Path:
+    """Where a built binary is (whether or not it is built yet)."""
+    for candidate in TOOLS:
+        if binary in candidate.binaries:
+            return candidate.bin_dir() / binary
+    raise KeyError(binary)
+
+
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("GOMODCACHE", str(Path.home() / ".cache" / "go-mod"))
+    env.setdefault("GOCACHE", str(Path.home() / ".cache" / "go-build"))
+    # -mod=mod lets go.sum be completed on a machine whose module cache is empty.
+    env["GOFLAGS"] = "-mod=mod -trimpath -buildvcs=false"
+    return env
+
+
+def module_dir(module: str, version: str) -> Path:
+    """Where the module cache keeps a downloaded module's sources."""
+    return Path(go_env()["GOMODCACHE"]) / f"{module}@{version}"
+
+
+@contextlib.contextmanager
+def _heavy_lock() -> Iterator[None]:
+    with HEAVY_LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build(names: Sequence[str] = ()) -> None:
+    """Build the named tools (default: the control plane's), each only when stale."""
+    wanted = [t for t in TOOLS if (t.name in names if names else t.control_plane)]
+    unknown = set(names) - {t.name for t in TOOLS}
+    if unknown:
+        raise BuildError(f"unknown tools {sorted(unknown)}; known: {[t.name for t in TOOLS]}")
+    for candidate in wanted:
+        if candidate.built():
+            log(f"{candidate.name} {candidate.version()}: cached in {candidate.bin_dir()}")
+            continue
+        _build_one(candidate)
+
+
+def _build_one(candidate: Tool) -> None:
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(
+            f"{candidate.name} is not built and `go` is not on PATH. Fix: install Go 1.26 or "
+            "newer (https://go.dev/doc/install), or run hack/bootstrap.sh."
+        )
+    out = candidate.bin_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with _heavy_lock():
+        for name, package in candidate.binaries.items():
+            log(f"{candidate.name} {candidate.version()}: building {package} (minutes when cold)")
+            proc = subprocess.run(
+                [go, "build", f"-ldflags={candidate.ldflags()}", "-o", str(out / name), package],
+                cwd=candidate.go_dir,
+                env=go_env(),
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise BuildError(
+                    f"building {package} failed (exit {proc.returncode}):\n"
+                    f"{proc.stdout[-4000:]}\nFix: check that the Go module proxy is reachable "
+                    f"and that `go version` is at least the `go` line of "
+                    f"{candidate.go_dir / 'go.mod'}."
+                )
+    (out / ".stamp").write_text(candidate.stamp())
+    log(f"{candidate.name}: built in {time.monotonic() - start:.0f}s")
+
+
+def ensure(binary: str) -> Path:
+    """A binary's path, built first when it is missing or stale."""
+    for candidate in TOOLS:
+        if binary in candidate.binaries:
+            if not candidate.built():
+                _build_one(candidate)
+            return candidate.bin_dir() / binary
+    raise KeyError(binary)
+
+
+def link_bins(target: Path) -> None:
+    """Symlink every built control-plane binary into `target` (for PATH)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for candidate in TOOLS:
+        if not candidate.control_plane:
+            continue
+        for name in candidate.binaries:
+            link = target / name
+            with contextlib.suppress(FileNotFoundError):
+                link.unlink()
+            link.symlink_to(candidate.bin_dir() / name)

@@ -1,0 +1,5 @@
+"""`python -m localcluster.nodeagent ...` (see cli.py)."""
+
+from .cli import main
+
+main()

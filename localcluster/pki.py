@@ -1,0 +1,86 @@
+"""The cluster's certificates (one CA, the API server, admin and the controllers) and
+kubeconfigs that point at them, made with the openssl command line."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+
+class PkiError(RuntimeError):
+    """openssl is missing or refused; the message says how to fix it."""
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PkiError(f"openssl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
+
+
+def make_pki(pki: Path) -> None:
+    if shutil.which("openssl") is None:
+        raise PkiError("`openssl` is not installed. Fix: apt-get install -y openssl")
+    pki.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "3650",
+        "-subj",
+        "/CN=horovod-operator-local-ca",
+        cwd=pki,
+    )
+    sans = (
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    )
+    certs = {
+        "apiserver": ("/CN=kube-apiserver", sans),
+        "admin": ("/O=system:masters/CN=kubernetes-admin", None),
+        "controller-manager": ("/CN=system:kube-controller-manager", None),
+        "scheduler": ("/CN=system:kube-scheduler", None),
+    }
+    for name, (subj, ext) in certs.items():
+        extra = ["-addext", ext] if ext else []
+        _openssl(
+            "req",
+            "-x509",
+            *ec,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "3650",
+            "-subj",
+            subj,
+            *extra,
+            cwd=pki,
+        )
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
+    """A kubeconfig with embedded file paths (kubectl and the Python client both read it)."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: local\n  cluster:\n    server: {server}\n"
+        f"    certificate-authority: {pki / 'ca.crt'}\n"
+        f"users:\n- name: {user}\n  user:\n"
+        f"    client-certificate: {pki / (user + '.crt')}\n"
+        f"    client-key: {pki / (user + '.key')}\n"
+        f"contexts:\n- name: local\n  context:\n    cluster: local\n    user: {user}\n"
+        "current-context: local\n"
+    )

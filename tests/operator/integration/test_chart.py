@@ -1,0 +1,332 @@
+"""The Helm chart against the real control plane: lint, template, dry run, install,
+the operator running as the chart's ServiceAccount, and least-privilege RBAC."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from localcluster.paths import REPO
+from tests.support.cluster import KubeCluster, wait_for
+from tests.support.process import stop_process
+
+CHART = str(REPO / "charts" / "horovod-operator")
+CUSTOM_VALUES = str(Path(__file__).parent / "testdata" / "values-custom.yaml")
+
+# What the operator may do, and nothing more (charts/horovod-operator/templates/_helpers.tpl).
+EXPECTED_RULES = {
+    "horovodjobs.horovod.ai": {"get", "list", "watch", "patch", "delete"},
+    "horovodjobs.horovod.ai/status": {"get", "patch"},
+    "horovodjobs.horovod.ai/finalizers": {"update"},
+    "pods": {"get", "list", "watch", "create", "delete"},
+    "services": {"get", "list", "watch", "create", "delete"},
+    "secrets": {"get", "list", "watch", "create", "delete"},
+    "configmaps": {"get", "list", "watch", "create", "patch", "delete"},
+    "jobs.batch": {"get", "list", "watch", "create", "delete"},
+    "events": {"create", "list"},
+    "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
+    "namespaces": {"get", "list", "watch"},
+}
+CLUSTER_READER = {
+    "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
+    "namespaces": {"get", "list", "watch"},
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def _ensure_namespace(cluster: KubeCluster, name: str) -> None:
+    if not cluster.exists("namespace", name):
+        cluster.kubectl("create", "namespace", name)
+    wait_for(
+        lambda: cluster.exists("serviceaccount", "default", name),
+        30,
+        message=f"default ServiceAccount in {name}",
+    )
+
+
+def test_lint_and_template_pass_a_server_side_dry_run(cluster: KubeCluster, namespace: str) -> None:
+    cluster.helm("lint", "--strict", CHART)
+    cluster.helm("lint", "--strict", CHART, "-f", CUSTOM_VALUES)
+    for ns in ("hvop-team-a", "hvop-team-b"):
+        _ensure_namespace(cluster, ns)
+    for extra in ([], ["-f", CUSTOM_VALUES]):
+        rendered = cluster.helm(
+            "template", "hvop", CHART, "-n", namespace, "--include-crds", *extra
+        ).stdout
+        proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered, check=False)
+        assert proc.returncode == 0, proc.stderr
+    custom = {
+        (d["kind"], d["metadata"].get("namespace")): d
+        for d in _docs(
+            cluster.helm("template", "hvop", CHART, "-n", namespace, "-f", CUSTOM_VALUES).stdout
+        )
+    }
+    assert ("Role", "hvop-team-a") in custom and ("Role", "hvop-team-b") in custom
+    assert not any(
+        kind == "ClusterRole" and d["metadata"]["name"] == "hvop-horovod-operator"
+        for (kind, _), d in custom.items()
+    )
+    pod = custom[("Deployment", namespace)]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"] == ["--namespace=hvop-team-a", "--namespace=hvop-team-b"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HOROVOD_OPERATOR_LEADER_ELECT"] == "true"
+    assert env["HOROVOD_OPERATOR_LOG_FORMAT"] == "json"
+    assert env["HOROVOD_OPERATOR_DEFAULT_IMAGE"] == "registry.example.org/ml/horovod-worker:0.1.0"
+    assert container["image"] == "registry.example.org/ml/horovod-operator:0.1.0-rc1"
+    assert pod["serviceAccountName"] == "trainer-operator"
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_service_monitor_is_optional(cluster: KubeCluster) -> None:
+    off = cluster.helm("template", "hvop", CHART).stdout
+    assert "kind: ServiceMonitor" not in off
+    on = _docs(
+        cluster.helm(
+            "template", "hvop", CHART, "--set", "metrics.serviceMonitor.enabled=true"
+        ).stdout
+    )
+    monitor = next(d for d in on if d["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "http-metrics"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicas": 2}, r"additional properties 'replicas' not allowed"),
+        ({"metrics": {"port": "8080"}}, r"at '/metrics/port': got string, want integer"),
+        (
+            {"logging": {"format": "yaml"}},
+            r"at '/logging/format': value must be one of 'text', 'json'",
+        ),
+        ({"replicaCount": 11}, r"at '/replicaCount': maximum: got 11, want 10"),
+        (
+            {"replicaCount": 2, "leaderElection": {"enabled": False}},
+            r"replicaCount above 1 needs leaderElection.enabled: true",
+        ),
+    ],
+)
+def test_values_schema_rejects_bad_values(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    proc = cluster.helm("install", "bad", CHART, "-n", namespace, "-f", str(path), check=False)
+    assert proc.returncode != 0
+    assert re.search(message, proc.stderr), proc.stderr
+    assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
+
+
+def _can_i_list(cluster: KubeCluster, user: str, namespace: str) -> dict[str, set[str]]:
+    out = cluster.kubectl("auth", "can-i", "--list", f"--as={user}", "-n", namespace).stdout
+    rules: dict[str, set[str]] = {}
+    for line in out.splitlines()[1:]:
+        match = re.match(r"^(\S+)\s+\[.*?\]\s+\[.*?\]\s+\[(.*)\]$", line.strip())
+        if match:
+            rules.setdefault(match.group(1), set()).update(match.group(2).split())
+    return rules
+
+
+def _granted(cluster: KubeCluster, sa_user: str, namespace: str) -> dict[str, set[str]]:
+    """What the ServiceAccount may do beyond what every service account may do."""
+    baseline = _can_i_list(cluster, f"system:serviceaccount:{namespace}:nobody", namespace)
+    granted = _can_i_list(cluster, sa_user, namespace)
+    extra = {r: v - baseline.get(r, set()) for r, v in granted.items()}
+    return {r: v for r, v in extra.items() if v}
+
+
+@pytest.mark.parametrize("mode", ["all-namespaces", "namespace-list"])
+def test_rbac_grants_exactly_what_the_operator_uses(
+    cluster: KubeCluster, namespace: str, crd: None, mode: str
+) -> None:
+    jobs_ns = f"{namespace}-jobs"[:63]
+    _ensure_namespace(cluster, jobs_ns)
+    release = f"rbac-{mode}"[:20]
+    args = ["--set", f"watchNamespaces={{{jobs_ns}}}"] if mode == "namespace-list" else []
+    cluster.helm("install", release, CHART, "-n", namespace, *args)
+    try:
+        sa = f"system:serviceaccount:{namespace}:{release}-horovod-operator"
+        assert _granted(cluster, sa, jobs_ns) == EXPECTED_RULES
+        if mode == "namespace-list":
+            # Outside the list only the cluster-scoped reader remains.
+            assert _granted(cluster, sa, "default") == CLUSTER_READER
+        for verb, resource, subresource, allowed in [
+            ("create", "pods", "", "yes"),
+            ("get", "pods", "log", "no"),
+            ("update", "horovodjobs.horovod.ai", "", "no"),
+            ("update", "secrets", "", "no"),
+            ("patch", "events", "", "no"),
+            ("create", "pods", "exec", "no"),
+            ("create", "deployments.apps", "", "no"),
+            ("delete", "nodes", "", "no"),
+            ("create", "clusterrolebindings", "", "no"),
+        ]:
+            proc = cluster.kubectl(
+                "auth",
+                "can-i",
+                verb,
+                resource,
+                f"--subresource={subresource}",
+                f"--as={sa}",
+                "-n",
+                jobs_ns,
+                check=False,
+            )
+            assert proc.stdout.strip() == allowed, (verb, resource, subresource, proc.stdout)
+    finally:
+        cluster.helm("uninstall", release, "-n", namespace, "--wait")
+        cluster.kubectl("delete", "namespace", jobs_ns, "--wait=false", check=False)
+
+
+def _token_kubeconfig(cluster: KubeCluster, namespace: str, sa: str, path: Path) -> Path:
+    token = cluster.kubectl("create", "token", sa, "-n", namespace, "--duration=1h").stdout.strip()
+    admin = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = admin["clusters"][0]["cluster"]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": server}],
+                "users": [{"name": sa, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "local", "user": sa}}],
+                "current-context": "sa",
+            }
+        )
+    )
+    return path
+
+
+@pytest.fixture
+def installed(cluster: KubeCluster, namespace: str, crd: None) -> Iterator[tuple[str, str]]:
+    jobs_ns = f"{namespace}-jobs"[:63]
+    _ensure_namespace(cluster, jobs_ns)
+    cluster.helm(
+        "install",
+        "hvop",
+        CHART,
+        "-n",
+        namespace,
+        "--set",
+        f"watchNamespaces={{{jobs_ns}}}",
+        "--wait",
+        "--timeout=60s",
+    )
+    try:
+        yield namespace, jobs_ns
+    finally:
+        cluster.helm("uninstall", "hvop", "-n", namespace, "--wait", check=False)
+        cluster.kubectl("delete", "namespace", jobs_ns, "--wait=false", check=False)
+
+
+def test_operator_from_the_chart_reconciles_as_its_service_account(
+    cluster: KubeCluster, installed: tuple[str, str], tmp_path: Path
+) -> None:
+    release_ns, jobs_ns = installed
+    assert cluster.exists("crd", "horovodjobs.horovod.ai")
+    assert cluster.exists("role", "hvop-horovod-operator", jobs_ns)
+    assert cluster.exists("rolebinding", "hvop-horovod-operator", jobs_ns)
+    assert cluster.exists("clusterrole", "hvop-horovod-operator-cluster-reader")
+    deployment = cluster.get("deployment", "hvop-horovod-operator", release_ns)
+    pod_spec = deployment["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    sa = pod_spec["serviceAccountName"]
+    # Run exactly the Deployment's command, args and env; only the in-cluster
+    # credentials become a kubeconfig holding the ServiceAccount's token, and the
+    # HTTP port a free one (several tests share this machine).
+    kubeconfig = _token_kubeconfig(cluster, release_ns, sa, tmp_path / "sa.kubeconfig")
+    downward = {"metadata.namespace": release_ns}
+    env = {
+        e["name"]: e["value"] if "value" in e else downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for e in container["env"]
+    }
+    assert env["HOROVOD_OPERATOR_LEADER_ELECT"] == "true"
+    env["HOROVOD_OPERATOR_HTTP_PORT"] = str(_free_port())
+    venv_bin = str(Path(sys.executable).parent)
+    log_path = tmp_path / "operator.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*container["command"], *container["args"]],
+            env={
+                **os.environ,
+                **env,
+                "KUBECONFIG": str(kubeconfig),
+                "PATH": f"{venv_bin}:{os.environ['PATH']}",
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+    try:
+        job = {
+            "apiVersion": "horovod.ai/v1alpha1",
+            "kind": "HorovodJob",
+            "metadata": {"name": "chart-job"},
+            "spec": {
+                "command": ["python", "-m", "horovod_worker.train", "--epochs=1"],
+                "worker": {"replicas": 2, "resources": {"limits": {"nvidia.com/gpu": 1}}},
+            },
+        }
+        cluster.apply(job, jobs_ns)
+
+        def launcher_pod() -> str | None:
+            pods = cluster.get(
+                "pods",
+                namespace=jobs_ns,
+                selector="horovod.ai/job-name=chart-job,horovod.ai/role=launcher",
+            )
+            running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
+            return running[0]["metadata"]["name"] if running else None
+
+        pod = wait_for(launcher_pod, 60, message=f"the launcher pod (operator log: {log_path})")
+        # The chart's workerImage filled the empty spec.image.
+        launcher = cluster.get("pod", pod, jobs_ns)
+        assert launcher["spec"]["containers"][0]["image"] == env["HOROVOD_OPERATOR_DEFAULT_IMAGE"]
+        cluster.set_pod_phase(jobs_ns, pod, "Succeeded")
+        wait_for(
+            lambda: (
+                (cluster.get("hvjob", "chart-job", jobs_ns).get("status") or {}).get("phase")
+                == "Succeeded"
+            ),
+            60,
+            message="the job to succeed",
+        )
+        # It acted as the elected leader, through the chart's Lease Role.
+        lease = cluster.get("lease", "hvop-horovod-operator", release_ns)
+        assert lease["spec"]["holderIdentity"]
+        # The operator logs the transition after writing it; its cleanup follows at once.
+        wait_for(
+            lambda: "-> Succeeded" in log_path.read_text(errors="replace"),
+            20,
+            message="the operator's log of the transition",
+        )
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # a bounded check: no refusal, ever
+            log = log_path.read_text(errors="replace")
+            assert proc.poll() is None, log[-3000:]
+            assert "Forbidden" not in log and " 403" not in log, log[-3000:]
+            time.sleep(0.1)
+    finally:
+        stop_process(proc)
+        print("--- operator log ---\n" + log_path.read_text(errors="replace")[-4000:])

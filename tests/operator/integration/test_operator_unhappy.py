@@ -1,0 +1,489 @@
+"""What users and clusters really do, against the real API server (kwok runs the pods).
+
+Each test drives one everyday unhappy path and asserts three things: the
+condition and Event a user would read, the status `kubectl get hj` shows, and the
+absence of the wrong effect (no pod deleted, no foreign object adopted or
+patched, never two launchers).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from horovod_operator.api import MAX_SECONDS
+from localcluster.paths import REPO
+from tests.support.cluster import KubeCluster
+from tests.support.operator import Jobs, hvjob
+
+
+def owner_uids(items: list[dict[str, Any]]) -> set[str]:
+    return {
+        ref["uid"]
+        for item in items
+        for ref in item["metadata"].get("ownerReferences", [])
+        if ref.get("controller")
+    }
+
+
+def get_columns(cluster: KubeCluster, namespace: str, name: str) -> str:
+    return cluster.kubectl("get", "hj", name, "-n", namespace).stdout
+
+
+# --- ownership ----------------------------------------------------------------------------
+
+
+def test_delete_and_reapply_runs_the_new_job_from_scratch(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    manifest = hvjob("again", replicas=2, runPolicy={"cleanPodPolicy": "None"})
+    for round_ in range(2):
+        jobs.apply(manifest)
+        launcher = jobs.wait_running("again")
+        uid = jobs.uid("again")
+        cluster.set_pod_phase(namespace, launcher, "Succeeded")
+        jobs.wait_phase("again", "Succeeded")
+        # What `kubectl replace --force` and CI pipelines do: delete, apply at once.
+        cluster.kubectl("delete", "hvjob", "again", "-n", namespace, "--wait=false")
+        jobs.apply(manifest)
+        new_uid = jobs.op.wait(lambda: (j := jobs.get("again")) and j["metadata"]["uid"], 10)
+        assert new_uid != uid, round_
+        second = jobs.wait_running("again", timeout=60)
+        assert second != launcher
+        assert jobs.uid("again") == new_uid
+        status = jobs.status("again")
+        assert status["restarts"] == 0 and status["launcher"]["podName"] == second
+        for kind in ("pods", "jobs.batch", "secrets", "configmaps", "services"):
+            items = [
+                i
+                for i in jobs.list(kind, "horovod.ai/job-name=again")
+                if i["metadata"].get("labels", {}).get("horovod.ai/role") != "launcher"
+                or kind != "pods"
+            ]
+            assert owner_uids(items) == {new_uid}, kind
+        # The new job never claimed the old launcher's success.
+        reasons = [
+            e["reason"] for e in jobs.events("again") if e["involvedObject"].get("uid") == new_uid
+        ]
+        assert "LauncherSucceeded" not in reasons
+        cluster.set_pod_phase(namespace, second, "Succeeded")
+        jobs.wait_phase("again", "Succeeded")
+        cluster.kubectl("delete", "hvjob", "again", "-n", namespace, "--wait=false")
+        jobs.op.wait(lambda: jobs.get("again") is None, 20, "deleted")
+
+
+def test_a_foreign_object_in_the_way_is_reported_and_left_alone(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "busy-config", "labels": {"team": "other"}},
+        "data": {"keep": "me"},
+    }
+    cluster.apply(foreign, namespace)
+    jobs.apply(hvjob("busy", replicas=1))
+    stalled = jobs.op.wait(lambda: jobs.condition("busy", "Stalled"), 20, "Stalled")
+    assert stalled["reason"] == "ChildConflict"
+    assert "ConfigMap busy-config already exists" in stalled["message"]
+    assert "not by this job" in stalled["message"]
+    assert any(r == "ChildConflict" for r, _ in jobs.warnings("busy"))
+    assert "ChildConflict" in get_columns(cluster, namespace, "busy")
+    jobs.op.stays(
+        lambda: cluster.get("configmap", "busy-config", namespace)["data"] == {"keep": "me"},
+        1.0,
+        "the foreign ConfigMap untouched",
+    )
+    assert jobs.pods("busy") == []  # nothing that mounts it starts
+    cluster.kubectl("delete", "configmap", "busy-config", "-n", namespace)
+    jobs.wait_running("busy", timeout=90)
+
+
+def test_hand_labelled_pods_are_not_counted_as_workers(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    impostor = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "impostor",
+            "labels": {
+                "horovod.ai/job-name": "count",
+                "horovod.ai/role": "worker",
+                "horovod.ai/attempt": "0",
+                "app.kubernetes.io/managed-by": "horovod-operator",
+            },
+        },
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    cluster.apply(impostor, namespace)
+    jobs.apply(
+        hvjob("count", replicas=1, worker={"template": {"spec": {"nodeSelector": {"no": "where"}}}})
+    )
+    jobs.op.wait(lambda: jobs.condition("count", "Stalled"), 30, "the worker unschedulable")
+    assert jobs.status("count")["workers"]["running"] == 0
+    assert cluster.exists("pod", "impostor", namespace)
+
+
+# --- refusals -----------------------------------------------------------------------------
+
+
+def test_a_quota_refusal_is_named_and_retried_until_it_fits(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "two-pods"},
+        "spec": {"hard": {"pods": "1"}},
+    }
+    cluster.apply(quota, namespace)
+    jobs.op.wait(
+        lambda: cluster.get("resourcequota", "two-pods", namespace).get("status", {}).get("hard"),
+        30,
+        "quota computed",
+    )
+    jobs.apply(hvjob("squeezed", replicas=2))
+    stalled = jobs.op.wait(lambda: jobs.condition("squeezed", "Stalled"), 30, "Stalled")
+    assert stalled["reason"] == "CreateForbidden"
+    assert "exceeded quota: two-pods" in stalled["message"]
+    assert "retrying with backoff" in stalled["message"]
+    status = jobs.status("squeezed")
+    assert (status["phase"], status["reason"]) == ("Pending", "CreateForbidden")
+    assert status["startTime"] and status["observedGeneration"] == 1
+    assert any(
+        "exceeded quota" in m for r, m in jobs.warnings("squeezed") if r == "CreateForbidden"
+    )
+    assert "CreateForbidden" in get_columns(cluster, namespace, "squeezed")
+    cluster.kubectl("delete", "resourcequota", "two-pods", "-n", namespace)
+    jobs.wait_running("squeezed", timeout=90)
+    stalled_after = next(c for c in jobs.status("squeezed")["conditions"] if c["type"] == "Stalled")
+    assert (stalled_after["status"], stalled_after["reason"]) == ("False", "Progressing")
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "server_says", "fix"),
+    [
+        (
+            "podsecurity",
+            {},
+            "violates PodSecurity",
+            ["label", "namespace", "{ns}", "pod-security.kubernetes.io/enforce-"],
+        ),
+        (
+            "priorityclass",
+            {"scheduling": {"priorityClassName": "no-such-class"}},
+            "no PriorityClass with name no-such-class was found",
+            None,
+        ),
+        (
+            "serviceaccount",
+            {"worker": {"template": {"spec": {"serviceAccountName": "trainer"}}}},
+            'serviceaccount "trainer" not found',
+            ["create", "serviceaccount", "trainer", "-n", "{ns}"],
+        ),
+    ],
+)
+def test_admission_refusals_become_a_condition_and_a_warning(
+    jobs: Jobs,
+    namespace: str,
+    cluster: KubeCluster,
+    case: str,
+    change: dict[str, Any],
+    server_says: str,
+    fix: list[str] | None,
+) -> None:
+    if case == "podsecurity":
+        cluster.kubectl(
+            "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+        )
+    manifest = hvjob("refused", replicas=1)
+    for key, value in change.items():
+        manifest["spec"][key] = {**manifest["spec"].get(key, {}), **value}
+    jobs.apply(manifest)
+    stalled = jobs.op.wait(lambda: jobs.condition("refused", "Stalled"), 30, "Stalled")
+    assert stalled["reason"] == "CreateForbidden", stalled
+    assert server_says in stalled["message"]
+    assert "refused-worker-0" in stalled["message"]
+    assert any(server_says in m for r, m in jobs.warnings("refused") if r == "CreateForbidden")
+    assert jobs.status("refused")["phase"] == "Pending"
+    assert jobs.pods("refused") == []
+    if fix is not None:
+        cluster.kubectl(*[part.replace("{ns}", namespace) for part in fix])
+        jobs.wait_running("refused", timeout=90)
+
+
+# --- stuck pods ---------------------------------------------------------------------------
+
+
+def test_unschedulable_workers_are_named_then_the_startup_timeout_fails_the_job(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    manifest = hvjob("huge", replicas=2, runPolicy={"startupTimeoutSeconds": 12})
+    manifest["spec"]["worker"]["resources"] = {"limits": {"nvidia.com/gpu": 64}}
+    jobs.apply(manifest)
+    stalled = jobs.op.wait(lambda: jobs.condition("huge", "Stalled"), 20, "Stalled")
+    assert stalled["reason"] == "Unschedulable"
+    assert "pod huge-worker-0: 0/" in stalled["message"]
+    assert "Insufficient nvidia.com/gpu" in stalled["message"]
+    assert "Unschedulable" in get_columns(cluster, namespace, "huge")
+    assert any(r == "Unschedulable" for r, _ in jobs.warnings("huge"))
+    status = jobs.wait_phase("huge", "Failed", timeout=30)
+    assert status["reason"] == "StartupTimeout"
+    assert (
+        "did not start within startupTimeoutSeconds (12s): pod huge-worker-0" in status["message"]
+    )
+    assert "Insufficient nvidia.com/gpu" in status["message"]
+    jobs.op.wait(lambda: jobs.pods("huge") == [], 20, "pods removed")
+
+
+def test_image_pull_and_mount_problems_are_named_from_the_kubelets_reports(
+    jobs: Jobs, namespace: str, cluster: KubeCluster, ghost_node: str
+) -> None:
+    manifest = hvjob("pull", replicas=1, runPolicy={"startupTimeoutSeconds": 600})
+    manifest["spec"]["worker"]["template"] = {"spec": {"nodeName": ghost_node}}
+    jobs.apply(manifest)
+    jobs.op.wait(lambda: jobs.pods("pull"), 20, "the worker pod")
+    waiting = {
+        "name": "worker",
+        "image": "horovod-worker:0.1.0",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {
+            "waiting": {
+                "reason": "ImagePullBackOff",
+                "message": 'Back-off pulling image "horovod-worker:0.1.0"',
+            }
+        },
+    }
+    patch = {"status": {"phase": "Pending", "containerStatuses": [waiting]}}
+    cluster.kubectl(
+        "patch", "pod", "pull-worker-0", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(patch),
+    )  # fmt: skip
+    stalled = jobs.op.wait(
+        lambda: (
+            (c := jobs.condition("pull", "Stalled")) and c["reason"] == "ImagePullBackOff" and c
+        ),
+        20,
+        "ImagePullBackOff",
+    )
+    assert stalled["message"] == (
+        'pod pull-worker-0: container worker: Back-off pulling image "horovod-worker:0.1.0"'
+    )
+    assert "ImagePullBackOff" in get_columns(cluster, namespace, "pull")
+
+    # FailedMount is only an Event on the pod; the container waits as ContainerCreating.
+    creating = copy.deepcopy(waiting)
+    creating["state"]["waiting"] = {"reason": "ContainerCreating"}
+    patch = {"status": {"containerStatuses": [creating]}}
+    cluster.kubectl(
+        "patch", "pod", "pull-worker-0", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(patch),
+    )  # fmt: skip
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "pull-worker-0.failedmount"},
+        "involvedObject": {"kind": "Pod", "name": "pull-worker-0", "namespace": namespace},
+        "type": "Warning",
+        "reason": "FailedMount",
+        "message": 'MountVolume.SetUp failed for volume "data": pvc "data" not found',
+        "source": {"component": "kubelet"},
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+    }
+    cluster.apply(event, namespace)
+    stalled = jobs.op.wait(
+        lambda: (c := jobs.condition("pull", "Stalled")) and c["reason"] == "FailedMount" and c,
+        45,
+        "FailedMount",
+    )
+    assert 'pod pull-worker-0: MountVolume.SetUp failed for volume "data"' in stalled["message"]
+    assert [r for r, _ in jobs.warnings("pull")].count("ImagePullBackOff") == 1
+
+
+# --- edits --------------------------------------------------------------------------------
+
+
+def test_an_invalid_edit_of_a_running_job_is_rejected_and_it_runs_on(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    jobs.apply(hvjob("edited", replicas=2))
+    launcher = jobs.wait_running("edited")
+    pods = sorted(p["metadata"]["uid"] for p in jobs.pods("edited"))
+    patch = {"spec": {"worker": {"template": {"spec": {"containers": [None]}}}}}
+    cluster.kubectl(
+        "patch", "hvjob", "edited", "-n", namespace, "--type=merge", "-p", json.dumps(patch)
+    )
+    rejected = jobs.op.wait(lambda: jobs.condition("edited", "SpecRejected"), 20, "SpecRejected")
+    assert rejected["reason"] == "InvalidSpec"
+    assert "the edit of generation 2 is ignored" in rejected["message"]
+    assert (
+        "spec.worker.template: spec.containers[0] must be an object, got null"
+        in (rejected["message"])
+    )
+    assert any(r == "SpecRejected" for r, _ in jobs.warnings("edited"))
+    status = jobs.status("edited")
+    assert (status["phase"], status["observedGeneration"]) == ("Running", 1)
+    jobs.op.stays(
+        lambda: sorted(p["metadata"]["uid"] for p in jobs.pods("edited")) == pods,
+        1.0,
+        "the running pods untouched",
+    )
+    assert jobs.op.requests("DELETE", "Pod") == 0
+    # The job runs to its end on the spec it accepted.
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    jobs.wait_phase("edited", "Succeeded")
+
+
+@pytest.fixture
+def newer_crd(cluster: KubeCluster) -> Any:
+    """The CRD of a newer release: its status has a field this operator does not know."""
+    path = REPO / "crds" / "horovod.ai_horovodjobs.yaml"
+    document = yaml.safe_load(path.read_text())
+    newer = copy.deepcopy(document)
+    status = newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    status["properties"]["elastic"] = {
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(newer)
+    )
+    try:
+        yield
+    finally:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+
+
+def test_a_status_field_of_a_newer_release_does_not_fail_the_job(
+    jobs: Jobs, namespace: str, cluster: KubeCluster, newer_crd: None
+) -> None:
+    jobs.apply(hvjob("rolled", replicas=2))
+    launcher = jobs.wait_running("rolled")
+    pods = sorted(p["metadata"]["uid"] for p in jobs.pods("rolled"))
+    patch = {"status": {"elastic": {"size": 2, "history": ["grew"]}}}
+    cluster.kubectl(
+        "patch", "hvjob", "rolled", "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(patch),
+    )  # fmt: skip
+    # A change of the job makes the operator reconcile it with that status.
+    cluster.kubectl("annotate", "hvjob", "rolled", "-n", namespace, "touched=1")
+
+    def unharmed() -> bool:
+        status = jobs.status("rolled")
+        return (
+            status.get("phase") == "Running"
+            and jobs.condition("rolled", "SpecRejected") is None
+            and sorted(p["metadata"]["uid"] for p in jobs.pods("rolled")) == pods
+        )
+
+    jobs.op.stays(unharmed, 2.0, "the job runs on")
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    status = jobs.wait_phase("rolled", "Succeeded")
+    assert status["elastic"] == {"size": 2, "history": ["grew"]}  # kept, not wiped
+    assert jobs.condition("rolled", "Failed") is None
+
+
+# --- children removed by hand -------------------------------------------------------------
+
+
+def test_deleted_secret_configmap_and_service_are_recreated(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    jobs.apply(hvjob("mended", replicas=2))
+    jobs.wait_running("mended")
+    uid = jobs.uid("mended")
+    pods = sorted(p["metadata"]["uid"] for p in jobs.pods("mended"))
+    for kind, name in (
+        ("secret", "mended-ssh"),
+        ("configmap", "mended-config"),
+        ("service", "mended-worker"),
+    ):
+        old = cluster.get(kind, name, namespace)["metadata"]["uid"]
+        cluster.kubectl("delete", kind, name, "-n", namespace)
+
+        def recreated(kind: str = kind, name: str = name, old: str = old) -> bool:
+            found = cluster.get(kind, None, namespace)["items"]
+            return any(
+                i["metadata"]["name"] == name
+                and i["metadata"]["uid"] != old
+                and owner_uids([i]) == {uid}
+                for i in found
+            )
+
+        jobs.op.wait(recreated, 20, f"{kind} {name} recreated")
+    assert sorted(p["metadata"]["uid"] for p in jobs.pods("mended")) == pods
+    assert jobs.status("mended")["phase"] == "Running"
+
+
+def test_a_deleted_launcher_job_never_leaves_two_launchers(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    jobs.apply(hvjob("orphan", replicas=1, runPolicy={"backoffLimit": 2}))
+    first = jobs.wait_running("orphan")
+    # --cascade=orphan keeps the launcher pod running without its Job.
+    cluster.kubectl("delete", "job", "orphan-launcher", "-n", namespace, "--cascade=orphan")
+    running_launchers: list[int] = []
+
+    def restarted() -> bool:
+        alive = [
+            p
+            for p in jobs.pods("orphan", "launcher")
+            if (p.get("status") or {}).get("phase") in ("Pending", "Running")
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        running_launchers.append(len(alive))
+        status = jobs.status("orphan")
+        return status.get("restarts") == 1 and status.get("phase") == "Running"
+
+    jobs.op.wait(restarted, 60, "a new attempt")
+    assert max(running_launchers) <= 1, running_launchers
+    status = jobs.status("orphan")
+    (failure,) = status["failures"]
+    assert (failure["pod"], failure["reason"]) == (first, "LauncherDeleted")
+    assert not cluster.exists("pod", first, namespace)
+    assert jobs.launcher_pod("orphan") != first
+
+
+# --- time ---------------------------------------------------------------------------------
+
+
+def test_deadline_and_ttl_act_after_an_operator_outage(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    jobs.apply(hvjob("late", replicas=1, runPolicy={"activeDeadlineSeconds": 6}))
+    jobs.apply(hvjob("done", replicas=1, runPolicy={"ttlSecondsAfterFinished": 4}))
+    jobs.wait_running("late")
+    launcher = jobs.wait_running("done")
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    jobs.wait_phase("done", "Succeeded")
+    jobs.op.stop()
+    # Both timers pass while the operator is down; nothing acts on them.
+    jobs.op.stays(lambda: jobs.status("late")["phase"] == "Running", 8.0, "no operator, no change")
+    assert jobs.get("done") is not None
+    jobs.op.start()
+    status = jobs.wait_phase("late", "Failed", timeout=20)
+    assert status["reason"] == "DeadlineExceeded"
+    jobs.op.wait(lambda: jobs.get("done") is None, 20, "ttl deletes the finished job")
+
+
+def test_the_longest_durations_neither_overflow_nor_fail(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    policy = {
+        "activeDeadlineSeconds": MAX_SECONDS,
+        "ttlSecondsAfterFinished": MAX_SECONDS,
+        "startupTimeoutSeconds": MAX_SECONDS,
+    }
+    jobs.apply(hvjob("long", replicas=1, runPolicy=policy))
+    launcher = jobs.wait_running("long")
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    jobs.wait_phase("long", "Succeeded")
+    log = jobs.op.log_path.read_text()
+    assert "Overflow" not in log and "failed (retry" not in log

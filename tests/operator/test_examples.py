@@ -1,0 +1,30 @@
+"""Every example is a valid HorovodJob (the integration tests also apply them)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from horovod_operator.api import parse_job
+from horovod_operator.builders import launcher_command
+from localcluster.paths import REPO
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def test_the_two_frameworks_have_examples() -> None:
+    names = {path.name for path in EXAMPLES}
+    assert {"pytorch-digits.yaml", "tensorflow-digits.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_validates(path: Path) -> None:
+    for document in yaml.safe_load_all(path.read_text()):
+        if document.get("kind") != "HorovodJob":
+            continue
+        job = parse_job(document)
+        assert job.spec.image == "horovod-worker:0.1.0"
+        assert job.spec.command[:3] == ["python", "-m", "horovod_worker.train"]
+        command = launcher_command(job.spec)
+        start = command.index("horovodrun")
+        assert command[start : start + 3] == ["horovodrun", "-np", str(job.spec.total_slots())]

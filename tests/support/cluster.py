@@ -1,0 +1,192 @@
+"""Helpers for tests against the real local control plane (hack/cluster.py).
+
+The fixtures that use them live in conftest.py.
+
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from localcluster import gobuild
+from localcluster.cluster import Cluster, ClusterError, Layout
+
+T = TypeVar("T")
+
+
+class KubeCluster:
+    """What tests get: kubectl, helm, pod-phase control, logs."""
+
+    def __init__(self, impl: Cluster):
+        self.impl = impl
+        self.kubeconfig = impl.layout.kubeconfig
+        self.logs_dir = impl.layout.logs
+        self.bin_dir = impl.layout.bin
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(self.kubeconfig),
+            "PATH": f"{self.bin_dir}:{os.environ['PATH']}",
+        }
+
+    def kubectl(
+        self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        proc = self.impl.kubectl(*args, check=False, input=input, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
+            )
+        return proc
+
+    def helm(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(self.bin_dir / "helm"), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
+            )
+        return proc
+
+    def get(
+        self,
+        kind: str,
+        name: str | None = None,
+        namespace: str | None = None,
+        selector: str | None = None,
+    ) -> Any:
+        args = ["get", kind, "-o", "json"]
+        if name:
+            args.insert(2, name)
+        if namespace:
+            args += ["-n", namespace]
+        if selector:
+            args += ["-l", selector]
+        return json.loads(self.kubectl(*args).stdout)
+
+    def exists(self, kind: str, name: str, namespace: str | None = None) -> bool:
+        args = ["get", kind, name, "--ignore-not-found", "-o", "name"]
+        if namespace:
+            args += ["-n", namespace]
+        return bool(self.kubectl(*args).stdout.strip())
+
+    def apply(
+        self,
+        manifest: str | dict[str, Any],
+        namespace: str | None = None,
+        check: bool = True,
+        *extra: str,
+    ) -> subprocess.CompletedProcess[str]:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        args = ["apply", "-f", "-", *extra]
+        if namespace:
+            args += ["-n", namespace]
+        return self.kubectl(*args, input=text, check=check)
+
+    def set_pod_phase(
+        self,
+        namespace: str,
+        pod: str,
+        phase: str,
+        exit_code: int = 0,
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        self.impl.set_pod_phase(namespace, pod, phase, exit_code, reason, message)
+
+    def restart(self, component: str) -> None:
+        """Restart one control-plane process (etcd, kube-apiserver, ...) on its state."""
+        self.impl.restart(component)
+
+    def add_kwok_nodes(self, count: int, gpus: int, prefix: str) -> list[str]:
+        names = self.impl.add_kwok_nodes(count, gpus, prefix=prefix)
+        self.impl.wait_nodes_ready()
+        return names
+
+    def log_tails(self, lines: int = 30) -> str:
+        out = []
+        for path in sorted(self.logs_dir.glob("*.log")):
+            text = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"==> {path} <==\n" + "\n".join(text))
+        return "\n".join(out)
+
+
+def wait_for(
+    fn: Callable[[], T], timeout: float = 30, interval: float = 0.2, message: str = "condition"
+) -> T:
+    """Poll `fn` until it returns something truthy; fail with `message` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}; last value: {last!r}")
+
+
+@contextmanager
+def session_cluster(env_prefix: str, default_dir: Path, default_port: int) -> Iterator[KubeCluster]:
+    """A local control plane for one test session, torn down even when tests fail.
+
+    <prefix>_REUSE=<state dir> uses one started with `hack/cluster.sh up` (and
+    leaves it running); otherwise one is started in <prefix>_DIR on the ports from
+    <prefix>_PORT_BASE, so a demo cluster can keep running beside it.
+    """
+    reuse = os.environ.get(f"{env_prefix}_REUSE")
+    if reuse:
+        impl = Cluster(Layout.load(Path(reuse)))
+        if not impl.status()["apiserver_ready"]:
+            pytest.fail(f"{env_prefix}_REUSE={reuse}: no ready cluster there (hack/cluster.sh up)")
+        yield KubeCluster(impl)
+        return
+    layout = Layout(
+        root=Path(os.environ.get(f"{env_prefix}_DIR", default_dir)),
+        port_base=int(os.environ.get(f"{env_prefix}_PORT_BASE", default_port)),
+    )
+    impl = Cluster(layout)
+    impl.down(quiet=True)  # what a crashed earlier run left
+    gobuild.build()
+    try:
+        impl.up()
+    except ClusterError as exc:
+        pytest.fail(f"the local control plane did not start: {exc}")
+    try:
+        yield KubeCluster(impl)
+    finally:
+        impl.down(quiet=True)
+
+
+@contextmanager
+def fresh_namespace(cluster: KubeCluster, test_name: str) -> Iterator[str]:
+    """A namespace named after the test, with its default ServiceAccount in place."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    name = f"{slug}-{uuid.uuid4().hex[:5]}"
+    cluster.kubectl("create", "namespace", name)
+    # Pods are refused until the ServiceAccount controller made "default".
+    wait_for(
+        lambda: cluster.exists("serviceaccount", "default", name),
+        30,
+        message=f"serviceaccount default in {name}",
+    )
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

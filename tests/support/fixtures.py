@@ -1,0 +1,90 @@
+"""Fixtures for tests against the real local control plane (localcluster), for
+every test under tests/ (registered by tests/conftest.py; tests/e2e overrides
+`cluster` and `namespace` with its own control plane).
+
+The session fixture `cluster` starts etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok once per test run, in their own state directory and on
+their own ports (so a demo cluster can keep running beside them), and tears them
+down at the end even when tests fail. Set HVK_TEST_REUSE=<state dir> to run the
+tests against a cluster you already started with `hack/cluster.sh up`;
+HVK_TEST_DIR and HVK_TEST_PORT_BASE choose the state dir and ports of the one
+the fixture starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localcluster.paths import REPO
+from tests.support.cluster import KubeCluster, fresh_namespace, session_cluster
+from tests.support.operator import Jobs, Operator
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[KubeCluster]:
+    with session_cluster("HVK_TEST", REPO / ".work" / "test-cluster", 17400) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: KubeCluster) -> None:
+    """The HorovodJob CRD from crds/, established."""
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        str(REPO / "crds" / "horovod.ai_horovodjobs.yaml"),
+    )
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
+    )
+
+
+@pytest.fixture
+def namespace(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test."""
+    with fresh_namespace(cluster, request.node.name) as name:
+        yield name
+
+
+@pytest.fixture
+def operator(cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path) -> Iterator[Operator]:
+    """The operator as a subprocess watching the test's namespace."""
+    op = Operator(cluster, namespace, tmp_path / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+        print(f"--- operator log ({op.log_path}) ---\n{op.log_tail(200)}")
+
+
+@pytest.fixture
+def jobs(cluster: KubeCluster, namespace: str, operator: Operator) -> Jobs:
+    return Jobs(cluster, namespace, operator)
+
+
+@pytest.fixture
+def ghost_node(cluster: KubeCluster, namespace: str) -> Iterator[str]:
+    """A Node object no kubelet (or kwok) manages: the test plays its kubelet."""
+    name = f"ghost-{namespace}"[:63]
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    cluster.apply(node)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "cluster" in getattr(item, "fixturenames", ()):
+        fixture = item.funcargs.get("cluster") if hasattr(item, "funcargs") else None
+        if isinstance(fixture, KubeCluster):
+            report.sections.append(("control plane logs (last lines)", fixture.log_tails()))

@@ -1,0 +1,249 @@
+"""The operator as a test sees it: a subprocess watching one namespace, and kubectl
+shortcuts for the jobs in it. The fixtures are in conftest.py.
+
+Waiting is always on an observable state (`Operator.wait`); a check that something
+does *not* happen (`Operator.stays`) polls for a bounded time after a state that
+proves the operator has acted, and fails at the first sight of the wrong effect.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from localcluster.paths import REPO
+from tests.support.cluster import KubeCluster, wait_for
+from tests.support.process import stop_process
+
+T = TypeVar("T")
+CHILD_KINDS = ("pods", "jobs.batch", "secrets", "configmaps", "services")
+NO_CHILDREN: dict[str, list[str]] = {kind: [] for kind in CHILD_KINDS}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Operator:
+    """The operator as a subprocess, watching one namespace."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, log_path: Path) -> None:
+        self.extra_args: list[str] = []
+        self.cluster = cluster
+        self.kubeconfig = cluster.kubeconfig
+        self.namespace = namespace
+        self.log_path = log_path
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "horovod_operator",
+                "--namespace",
+                self.namespace,
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--http-port",
+                str(self.port),
+                "--batch-window",
+                "0.05",
+                *self.extra_args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+        log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handlers, as when a node dies."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+
+    def stays(self, fn: Callable[[], object], seconds: float = 2.0, message: str = "") -> None:
+        """Fail as soon as `fn()` is falsy within `seconds` (a bounded check that a
+        wrong effect does not follow a state the test already waited for)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            value = fn()
+            assert value, f"{message or 'condition'} stopped holding: {value!r}\n{self.log_tail()}"
+            time.sleep(0.1)
+
+    def metrics(self) -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
+                text: str = r.read().decode()
+                return text
+        except OSError:
+            return ""
+
+    def requests(self, verb: str, kind: str) -> int:
+        """API requests of the operator by verb and kind, from /metrics."""
+        total = 0
+        for line in self.metrics().splitlines():
+            if line.startswith("horovod_operator_api_requests_total{") and (
+                f'verb="{verb}"' in line and f'kind="{kind}"' in line
+            ):
+                total += int(float(line.rsplit(" ", 1)[1]))
+        return total
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return "(no operator log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def wait(self, fn: Callable[[], T], timeout: float = 30, message: str = "condition") -> T:
+        """clusterlib.wait_for, with the operator's log tail in the failure."""
+        try:
+            return wait_for(fn, timeout, message=message)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n--- operator log ---\n{self.log_tail()}") from None
+
+
+class Jobs:
+    """kubectl shortcuts for one namespace."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, op: Operator) -> None:
+        self.cluster = cluster
+        self.ns = namespace
+        self.op = op
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(manifest))
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        proc = self.cluster.kubectl("get", "hvjob", name, "-n", self.ns, "-o", "json", check=False)
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+    def status(self, name: str) -> dict[str, Any]:
+        job = self.get(name)
+        return (job or {}).get("status") or {}
+
+    def list(self, kind: str, selector: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.cluster.get(kind, namespace=self.ns, selector=selector)[
+            "items"
+        ]
+        return items
+
+    def pods(self, name: str, role: str = "worker") -> list[dict[str, Any]]:
+        return self.list("pods", f"horovod.ai/job-name={name},horovod.ai/role={role}")
+
+    def ready_workers(self, name: str) -> list[str]:
+        return sorted(
+            p["metadata"]["name"]
+            for p in self.pods(name)
+            if not p["metadata"].get("deletionTimestamp")
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p.get("status", {}).get("conditions", [])
+            )
+        )
+
+    def launcher_pod(self, name: str) -> str | None:
+        pods = [
+            p for p in self.pods(name, "launcher") if not p["metadata"].get("deletionTimestamp")
+        ]
+        return pods[0]["metadata"]["name"] if pods else None
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 30) -> dict[str, Any]:
+        return self.op.wait(
+            lambda: (s := self.status(name)).get("phase") == phase and s,
+            timeout,
+            f"{name} phase {phase} (status: {self.status(name)})",
+        )
+
+    def wait_running(self, name: str, timeout: float = 40) -> str:
+        """Until the launcher pod runs; returns its name."""
+        self.wait_phase(name, "Running", timeout)
+        launcher = self.op.wait(lambda: self.launcher_pod(name), 10, "launcher pod")
+        return launcher
+
+    def uid(self, name: str) -> str:
+        job = self.get(name)
+        assert job is not None, f"no HorovodJob {name}"
+        return str(job["metadata"]["uid"])
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        """The condition `type_` of the job when it is True."""
+        for found in self.status(name).get("conditions", []):
+            if found["type"] == type_ and found["status"] == "True":
+                result: dict[str, Any] = found
+                return result
+        return None
+
+    def warnings(self, name: str, uid: str | None = None) -> list[tuple[str, str]]:
+        """(reason, message) of the Warning Events of the job (of one UID, if given)."""
+        return [
+            (e["reason"], e["message"])
+            for e in self.events(name)
+            if e["type"] == "Warning" and (uid is None or e["involvedObject"].get("uid") == uid)
+        ]
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        out = self.cluster.kubectl(
+            "get",
+            "events",
+            "-n",
+            self.ns,
+            "--field-selector",
+            f"involvedObject.name={name},involvedObject.kind=HorovodJob",
+            "-o",
+            "json",
+        ).stdout
+        items: list[dict[str, Any]] = json.loads(out)["items"]
+        return items
+
+    def children(self, name: str) -> dict[str, list[str]]:
+        """Names of every object of the job, by kind (pods and launcher Jobs by label)."""
+        result = {}
+        for kind in CHILD_KINDS:
+            items = self.list(kind, f"horovod.ai/job-name={name}")
+            result[kind] = sorted(
+                i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")
+            )
+        return result
+
+
+def hvjob(name: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
+    run_policy = spec.pop("runPolicy", {})
+    worker = spec.pop("worker", {})
+    return {
+        "apiVersion": "horovod.ai/v1alpha1",
+        "kind": "HorovodJob",
+        "metadata": {"name": name},
+        "spec": {
+            "image": "horovod-worker:0.1.0",
+            "command": ["python", "-m", "horovod_worker.train", "--epochs=1"],
+            "worker": {
+                "replicas": replicas,
+                "resources": {"limits": {"nvidia.com/gpu": 1}},
+                **worker,
+            },
+            "runPolicy": {"backoffLimit": 1, **run_policy},
+            **spec,
+        },
+    }
+
+
+def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == type_)

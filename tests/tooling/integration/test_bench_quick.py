@@ -1,0 +1,86 @@
+"""`python -m bench --quick` end to end against the local control plane.
+
+Asserts that the harness produces results (numbers for every scenario it ran,
+a table, plots when matplotlib is there) and counts API requests right, nothing
+about speed. It starts its own control plane, as `make bench` does, because the
+request counts come from the API server's audit log, which the test fixture's
+cluster does not write. mpi-operator is included when Go can build it and its
+fixed health port (8080) is free.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import procs
+from localcluster.paths import REPO
+
+
+@pytest.mark.timeout(1800)  # a first run builds mpi-operator (minutes on 2 cores)
+def test_bench_quick(tmp_path: Path) -> None:
+    operators = ["ours"]
+    if shutil.which("go") and procs.port_free(procs.MPI_HEALTH_PORT):
+        operators.append("mpi")
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--dir",
+            str(tmp_path / "cluster"),
+            "--port-base",
+            "18100",  # apart from the test fixtures' clusters and a developer's bench
+            "--nodes",
+            "1",
+            # A low client QPS keeps requests queued in the operator while its jobs turn
+            # Running, as in a real burst: the counts must still include them.
+            "--qps",
+            "5",
+            "--burst",
+            "5",
+            "--operators",
+            ",".join(operators),
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1700,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    results = json.loads((out / "results-quick.json").read_text())
+    for op in operators:
+        single = results["single"]["2"][op]
+        assert "error" not in single, single
+        assert single["pods"]["n"] == 1 and single["pods"]["median"] > 0
+        assert single["status_propagation"]["n"] == 1
+        burst = results["burst"][op]
+        assert "error" not in burst, burst
+        assert burst["all_pods"] > 0 and burst["all_running"] > 0
+        # Every job reached Running, so each created its workers and launcher Job
+        # once; ours also posted one Running Event (an undercount here once meant
+        # the harness stopped the operator before its queued requests went out).
+        per_job = burst["api_per_job"]
+        workers = results["meta"]["plan"]["burst_workers"]
+        assert per_job.get("create pods") == workers, per_job
+        assert per_job.get("create jobs") == 1, per_job
+        if op == "ours":
+            assert per_job.get("create events") == 1, per_job
+        idle = results["idle"][op]
+        assert "error" not in idle, idle
+        assert idle["rss_mb"] > 0
+    assert "create -> all pods" in proc.stdout
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert (out / "quick-latency-vs-workers.png").stat().st_size > 0

@@ -1,0 +1,107 @@
+"""What the kind e2e script (tests/e2e/kind/run.sh) calls, run here against the local
+control plane: the examples' CPU variants, and the wait that decides pass or fail."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster.paths import REPO
+from tests.e2e.kind import kind_e2e
+from tests.support.cluster import KubeCluster, wait_for
+from tests.support.process import stop_process
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_cpu_variant_of_every_example_is_accepted_by_the_server(
+    cluster: KubeCluster, namespace: str, crd: None, example: Path
+) -> None:
+    job = kind_e2e.cpu_variant(yaml.safe_load(example.read_text()), "horovod-worker:e2e")
+    assert "nvidia.com/gpu" not in yaml.safe_dump(job)
+    assert job["spec"]["image"] == "horovod-worker:e2e"
+    proc = cluster.apply(job, namespace, False, "--dry-run=server")
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture
+def operator(cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path) -> Iterator[Path]:
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "horovod_operator",
+                "-n",
+                namespace,
+                "--kubeconfig",
+                str(cluster.kubeconfig),
+                "--http-port",
+                "0",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield log
+    finally:
+        stop_process(proc)
+
+
+def _wait_cli(
+    cluster: KubeCluster, name: str, namespace: str, expect: str, timeout: int
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests/e2e/kind/kind_e2e.py"),
+            "wait",
+            name,
+            "--namespace",
+            namespace,
+            "--expect",
+            expect,
+            "--timeout",
+            str(timeout),
+        ],
+        capture_output=True,
+        text=True,
+        env={**cluster.env},
+        timeout=timeout + 30,
+    )
+
+
+def test_wait_passes_on_the_expected_phase_and_dumps_logs_otherwise(
+    cluster: KubeCluster, namespace: str, operator: Path
+) -> None:
+    example = yaml.safe_load((REPO / "examples" / "pytorch-digits.yaml").read_text())
+    job = kind_e2e.cpu_variant(example, "horovod-worker:e2e")
+    name = job["metadata"]["name"]
+    cluster.apply(job, namespace)
+
+    def running_launcher() -> str | None:
+        pods = cluster.get(
+            "pods",
+            namespace=namespace,
+            selector=f"horovod.ai/job-name={name},horovod.ai/role=launcher",
+        )
+        running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
+        return running[0]["metadata"]["name"] if running else None
+
+    launcher = wait_for(running_launcher, 60, message=f"the launcher (log {operator})")
+    # Not finished yet: a short wait fails and shows the user the job and its pods.
+    early = _wait_cli(cluster, name, namespace, "Succeeded", 2)
+    assert early.returncode == 1
+    assert "expected Succeeded" in early.stderr and "kubectl get pods" in early.stderr
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    done = _wait_cli(cluster, name, namespace, "Succeeded", 60)
+    assert done.returncode == 0, done.stderr
+    wrong = _wait_cli(cluster, name, namespace, "Failed", 5)
+    assert wrong.returncode == 1

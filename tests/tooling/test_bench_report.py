@@ -1,0 +1,84 @@
+"""Formatting of benchmark results: ratios, the Markdown table, the plots (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import report
+from bench.stats import summarize
+
+RESULTS = {
+    "meta": {
+        "operators": {"ours": {}, "mpi": {}, "mpi-defaults": {}},
+        "loadavg_start": [1.0, 1.0, 1.0],
+        "loadavg_end": [2.0, 1.5, 1.0],
+        "machine": {"cores": 2},
+    },
+    "single": {
+        "8": {
+            "ours": {
+                "pods": summarize([0.5, 0.6]),
+                "running": summarize([0.7, 0.8]),
+                "status_propagation": summarize([0.2]),
+                "api_per_job": {"create pods": 8.0, "writes (total)": 14.0},
+            },
+            "mpi": {
+                "pods": summarize([1.0, 1.2]),
+                "running": summarize([1.4, 1.6]),
+                "status_propagation": summarize([0.1]),
+                "api_per_job": {"create pods": 8.0, "writes (total)": 20.0},
+            },
+            "mpi-defaults": {"error": "timed out"},
+        },
+        "512": {"ours": {"pods": summarize([9.0])}, "mpi": {"pods": summarize([10.0])}},
+    },
+    "burst": {
+        "ours": {
+            "jobs": 100,
+            "workers": 8,
+            "all_pods": 20.0,
+            "all_running": 25.0,
+            "process": {"cpu_seconds": 30.0, "rss_peak_mb": 120.0},
+        },
+        "mpi": {
+            "jobs": 100,
+            "workers": 8,
+            "all_pods": 40.0,
+            "all_running": 50.0,
+            "process": {"cpu_seconds": 10.0, "rss_peak_mb": 60.0},
+        },
+    },
+    "idle": {"ours": {"jobs": 1000, "rss_mb": 100.0}, "mpi": {"jobs": 1000, "rss_mb": 50.0}},
+}
+
+
+def test_ratios_are_ours_over_theirs() -> None:
+    r = report.ratios(RESULTS)["ours/mpi"]
+    assert r["1x8 pods"] == pytest.approx(0.55 / 1.1, abs=1e-3)
+    assert r["1x8 status_propagation"] == 2.0
+    assert r["1x8 api writes/job"] == 0.7
+    assert r["1x512 pods"] == 0.9
+    assert r["burst all_pods"] == 0.5
+    assert r["idle rss"] == 2.0
+    assert "ours/mpi-defaults" not in report.ratios(RESULTS)  # it only has an error
+
+
+def test_table_has_every_measure_and_marks_errors() -> None:
+    text = report.table(RESULTS)
+    assert (
+        "| 1 job x 8 workers: create -> all pods (workers + launcher) | 0.55 / 0.59 (n=2)" in text
+    )
+    assert "| error |" in text
+    assert "burst 100 x 8: every pod exists | 20.00 s | 40.00 s | not run |" in text
+    assert "RSS idle with 1000 finished jobs | 100.0 MB | 50.0 MB | not run |" in text
+    assert "1 x 8: writes (total) | 14.0 | 20.0 | - |" in text
+    assert "Load average" in text
+
+
+def test_plots_are_written(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    written = report.plots(RESULTS, tmp_path, prefix="t-")
+    assert {p.name for p in written} == {"t-latency-vs-workers.png", "t-burst.png"}
+    assert all(p.stat().st_size > 1000 for p in written)

@@ -1,0 +1,92 @@
+"""localcluster: pinned versions, the Go builder, node objects, and the clear errors
+it gives."""
+
+from __future__ import annotations
+
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from localcluster import gobuild
+from localcluster.cluster import KWOK_NODE_LABEL, Cluster, ClusterError, Layout, kwok_node
+from localcluster.paths import TOOLS_DIR
+from localcluster.versions import read_versions
+
+
+def test_every_go_mod_pins_the_version_from_versions_env() -> None:
+    versions = read_versions()
+    modules = {
+        "kubernetes": ("k8s.io/kubernetes", versions["KUBERNETES_VERSION"]),
+        "etcd": ("go.etcd.io/etcd/server/v3", versions["ETCD_VERSION"]),
+        "kwok": ("sigs.k8s.io/kwok", versions["KWOK_VERSION"]),
+        "helm": ("helm.sh/helm/v3", versions["HELM_VERSION"]),
+    }
+    for tool, (module, version) in modules.items():
+        gomod = (TOOLS_DIR / tool / "go.mod").read_text()
+        assert re.search(
+            rf"^\s*(require\s+)?{re.escape(module)} {re.escape(version)}( // indirect)?$",
+            gomod,
+            re.M,
+        ), f"hack/tools/{tool}/go.mod does not require {module} {version} (hack/versions.env)"
+
+
+def test_kubernetes_staging_modules_match_the_kubernetes_release() -> None:
+    k8s = read_versions()["KUBERNETES_VERSION"]
+    staging = "v0." + k8s.removeprefix("v1.")
+    gomod = (TOOLS_DIR / "kubernetes" / "go.mod").read_text()
+    replaces = re.findall(r"^\s*(k8s\.io/\S+) => (\S+) (\S+)$", gomod, re.M)
+    assert len(replaces) > 25
+    assert {v for _, _, v in replaces} == {staging}
+    assert all(a == b for a, b, _ in replaces)
+
+
+def test_kwok_node_advertises_gpus_and_the_selector_label() -> None:
+    node = kwok_node("kwok-gpu-0", 8)
+    assert node["metadata"]["labels"][KWOK_NODE_LABEL] == "kwok"  # type: ignore[index]
+    assert node["status"]["capacity"]["nvidia.com/gpu"] == "8"  # type: ignore[index]
+    assert node["status"]["allocatable"] == node["status"]["capacity"]  # type: ignore[index]
+
+
+def test_up_refuses_a_port_in_use_and_starts_nothing(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        layout = Layout(root=tmp_path / "c", port_base=port)
+        with pytest.raises(ClusterError, match=rf"port {port} .*already in use.*Fix"):
+            Cluster(layout).up()
+    assert not (tmp_path / "c" / "pids").exists()
+
+
+def test_build_without_go_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(gobuild, "CACHE", tmp_path)  # nothing built there
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(gobuild.BuildError, match=r"`go` is not on PATH.*install Go"):
+        gobuild.build(["etcd"])
+
+
+def test_a_built_tool_is_reused_until_its_pin_changes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(gobuild, "CACHE", tmp_path)
+    etcd = gobuild.tool("etcd")
+    out = etcd.bin_dir()
+    out.mkdir(parents=True)
+    (out / "etcd").write_text("")
+    (out / ".stamp").write_text(etcd.stamp())
+    assert etcd.built()
+    (out / ".stamp").write_text("a stamp from another go.mod")
+    assert not etcd.built()
+
+
+def test_unknown_tools_are_refused_by_name() -> None:
+    with pytest.raises(gobuild.BuildError, match=r"unknown tools \['nope'\]"):
+        gobuild.build(["nope"])
+
+
+def test_set_pod_phase_rejects_unknown_phases(tmp_path: Path) -> None:
+    cluster = Cluster(Layout(root=tmp_path))
+    with pytest.raises(ValueError, match="Succeeded or Failed"):
+        cluster.set_pod_phase("ns", "pod", "Running")

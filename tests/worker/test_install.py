@@ -1,0 +1,91 @@
+"""The worker's install script, its pins and patch, and the Dockerfile that uses them."""
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from localcluster.paths import REPO
+from tests.support.process import skip_unless_ci
+
+SCRIPT = REPO / "hack" / "install-worker.sh"
+PATCH = REPO / "hack" / "patches" / "horovod-0.28.1.patch"
+SDIST = Path.home() / ".cache" / "horovod-operator" / "wheels" / "sdist" / "horovod-0.28.1.tar.gz"
+
+
+def versions() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "hack" / "versions.env").read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            pins[key] = value
+    return pins
+
+
+def test_worker_versions_are_pinned_in_versions_env():
+    pins = versions()
+    for key in (
+        "HOROVOD_VERSION",
+        "HOROVOD_SDIST_SHA256",
+        "TORCH_VERSION",
+        "TENSORFLOW_VERSION",
+        "TF_KERAS_VERSION",
+        "SCIKIT_LEARN_VERSION",
+        "NUMPY_VERSION",
+        "WORKER_BASE_IMAGE",
+    ):
+        assert pins.get(key), key
+    assert pins["HOROVOD_VERSION"] == "0.28.1"
+    # Keras 3 breaks horovod.tensorflow.keras: tf-keras must match TensorFlow.
+    assert pins["TF_KERAS_VERSION"] == pins["TENSORFLOW_VERSION"]
+
+
+def test_dockerfile_uses_the_install_script_and_the_pinned_base():
+    text = (REPO / "Dockerfile.worker").read_text()
+    base = re.search(r"^ARG WORKER_BASE_IMAGE=(\S+)$", text, re.M)
+    assert base and base.group(1) == versions()["WORKER_BASE_IMAGE"]
+    assert re.search(r"hack/install-worker\.sh .*--nccl", text)
+    assert 'CMD ["python", "-m", "horovod_worker.sshd"]' in text
+    assert "openssh-server" in text and "libopenmpi-dev" in text and "libnccl-dev" in text
+
+
+def test_script_is_valid_bash_with_help_and_clear_argument_errors():
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    shown = subprocess.run([str(SCRIPT), "--help"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "--nccl" in shown.stdout and "--python" in shown.stdout
+    bad = subprocess.run([str(SCRIPT), "--bogus"], capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == "[install-worker] error: unknown argument: --bogus (see --help)"
+    bad = subprocess.run([str(SCRIPT), "--frameworks=mxnet"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "unknown framework 'mxnet'" in bad.stderr
+
+
+def test_missing_python_is_named(tmp_path):
+    done = subprocess.run(
+        [str(SCRIPT), f"--python={tmp_path}/nope/python"], capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert f"no Python at {tmp_path}/nope/python" in done.stderr
+
+
+def test_patch_applies_to_the_pinned_sdist(tmp_path):
+    if not SDIST.exists():
+        skip_unless_ci(f"{SDIST} not downloaded yet (hack/install-worker.sh downloads it)")
+    if shutil.which("patch") is None:
+        skip_unless_ci("patch not installed")
+    assert hashlib.sha256(SDIST.read_bytes()).hexdigest() == versions()["HOROVOD_SDIST_SHA256"]
+    with tarfile.open(SDIST) as archive:
+        archive.extractall(tmp_path, filter="data")
+    source = tmp_path / "horovod-0.28.1"
+    done = subprocess.run(
+        ["patch", "-p1", "-d", str(source)], stdin=PATCH.open(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "set(CMAKE_CXX_STANDARD 17)" in (source / "CMakeLists.txt").read_text()
+    assert "set(CMAKE_CXX_STANDARD 17)" in (source / "horovod/torch/CMakeLists.txt").read_text()
+    xla = (source / "horovod/tensorflow/xla_mpi_ops.cc").read_text()
+    assert (
+        "#if TENSORFLOW_VERSION >= 2006000000 && TENSORFLOW_VERSION < 2019000000 && HAVE_GPU" in xla
+    )

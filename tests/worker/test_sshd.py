@@ -1,0 +1,306 @@
+"""The worker's sshd set-up: key modes, configs, and a real sshd on loopback."""
+
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import horovod_contract as contract
+from horovod_worker.sshd import (
+    SetupError,
+    install_keys,
+    is_safe_path,
+    passed_on_environment,
+    private_dir,
+    render_ssh_config,
+    render_sshd_config,
+)
+from tests.support.process import skip_unless_ci
+
+
+def make_secret(directory: Path, host_key: bool = False) -> Path:
+    """A directory shaped like the mounted <job>-ssh Secret (readable files); with
+    `host_key`, also the job's host key and its known_hosts line."""
+    if shutil.which("ssh-keygen") is None:
+        skip_unless_ci("ssh-keygen not installed (apt-get install openssh-client)")
+    directory.mkdir(parents=True, exist_ok=True)
+    key = directory / contract.SSH_PRIVATE_KEY
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    shutil.copy(directory / contract.SSH_PUBLIC_KEY, directory / contract.SSH_AUTHORIZED_KEYS)
+    if host_key:
+        host = directory / contract.SSH_HOST_KEY
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host)], check=True)
+        public = host.with_name(host.name + ".pub")
+        (directory / contract.SSH_KNOWN_HOSTS).write_text(f"* {public.read_text()}")
+        public.unlink()
+    for path in directory.iterdir():
+        path.chmod(0o444)
+    return directory
+
+
+def test_sshd_config_is_key_only_on_the_contract_port(tmp_path):
+    text = render_sshd_config(tmp_path, contract.SSH_PORT, True, True, {"PATH": "/opt/venv/bin"})
+    lines = set(text.splitlines())
+    for line in (
+        f"Port {contract.SSH_PORT}",
+        "PasswordAuthentication no",
+        "PubkeyAuthentication yes",
+        "PermitRootLogin prohibit-password",
+        "StrictModes yes",
+        "UsePAM yes",
+        "PermitUserEnvironment yes",
+        f"AuthorizedKeysFile {tmp_path / contract.SSH_AUTHORIZED_KEYS}",
+        'SetEnv PATH="/opt/venv/bin"',
+    ):
+        assert line in lines
+    assert any(line.startswith("AcceptEnv ") and "HOROVOD_*" in line for line in lines)
+
+
+def test_non_root_sshd_skips_pam_and_can_relax_strict_modes(tmp_path):
+    lines = render_sshd_config(tmp_path, 2222, False, False, {}).splitlines()
+    assert "UsePAM no" in lines and "StrictModes no" in lines
+    assert not any(line.startswith("SetEnv") for line in lines)
+
+
+def test_client_config_verifies_the_job_host_key(tmp_path):
+    text = render_ssh_config(tmp_path, 2222, verify=True)
+    assert "StrictHostKeyChecking yes" in text
+    assert f"UserKnownHostsFile {tmp_path / contract.SSH_KNOWN_HOSTS}" in text
+    assert "StrictHostKeyChecking no" not in text
+
+
+def test_sshd_forwards_nothing(tmp_path):
+    lines = render_sshd_config(tmp_path, 2222, True, True, {}).splitlines()
+    for line in ("AllowTcpForwarding no", "AllowStreamLocalForwarding no", "PermitTunnel no"):
+        assert line in lines
+
+
+def test_client_config_of_an_old_secret_skips_host_key_checks(tmp_path):
+    text = render_ssh_config(tmp_path, 2222, verify=False)
+    assert "StrictHostKeyChecking no" in text
+    assert "UserKnownHostsFile /dev/null" in text
+    assert f"IdentityFile {tmp_path / contract.SSH_PRIVATE_KEY}" in text
+    assert "Port 2222" in text
+
+
+def test_pod_environment_is_passed_on_without_shell_state():
+    env = passed_on_environment(
+        {
+            "PATH": "/opt/venv/bin:/usr/bin",
+            "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
+            "HVJOB_EXPECTED_SIZE": "4",
+            "HOME": "/root",
+            "HOSTNAME": "w-0",
+            "SSH_CONNECTION": "x",
+            "QUOTED": 'a"b',
+            "MULTI": "a\nb",
+            "BAD-NAME": "x",
+        }
+    )
+    assert env == {
+        "HVJOB_EXPECTED_SIZE": "4",
+        "LD_LIBRARY_PATH": "/usr/local/cuda/lib64",
+        "PATH": "/opt/venv/bin:/usr/bin",
+    }
+
+
+def test_keys_are_copied_with_the_modes_ssh_demands(tmp_path):
+    secret = make_secret(tmp_path / "secret")
+    private = tmp_path / "home" / ".ssh"
+    install_keys(secret, private)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert stat.S_IMODE((private / contract.SSH_PRIVATE_KEY).stat().st_mode) == 0o600
+    assert stat.S_IMODE((private / contract.SSH_AUTHORIZED_KEYS).stat().st_mode) == 0o600
+    assert stat.S_IMODE((private / contract.SSH_PUBLIC_KEY).stat().st_mode) == 0o644
+    assert (private / contract.SSH_PRIVATE_KEY).read_bytes() == (
+        secret / contract.SSH_PRIVATE_KEY
+    ).read_bytes()
+
+
+def test_missing_secret_files_are_named(tmp_path):
+    with pytest.raises(SetupError, match=contract.SSH_AUTHORIZED_KEYS):
+        install_keys(tmp_path, tmp_path / "private")
+
+
+def test_private_dir_is_its_own_under_home_or_falls_back_to_tmp(tmp_path):
+    # Never ~/.ssh itself: that would overwrite the user's own keys.
+    assert private_dir(tmp_path, 1000) == tmp_path / ".ssh" / "horovod"
+    assert stat.S_IMODE((tmp_path / ".ssh" / "horovod").stat().st_mode) == 0o700
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert private_dir(blocker, 1000) == Path("/tmp/horovod-ssh-1000")
+
+
+def test_strict_modes_rejects_world_writable_parents(tmp_path):
+    safe = tmp_path / "safe"
+    safe.mkdir(mode=0o700)
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    (open_dir / "inner").mkdir(mode=0o700)
+    uid = os.getuid()
+    assert not is_safe_path(open_dir / "inner", uid)
+    assert not is_safe_path(Path("/tmp"), uid)
+    if is_safe_path(tmp_path, uid):  # tmp_path itself may sit under /tmp
+        assert is_safe_path(safe, uid)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path):
+    if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
+        skip_unless_ci(
+            "openssh-server/openssh-client not installed (apt-get install openssh-server)"
+        )
+    secret = make_secret(tmp_path / "secret")
+    private = tmp_path / "private"
+    port = free_port()
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "HVJOB_PROBE": "from-the-pod"}
+    (tmp_path / "home").mkdir()
+    server = _serve(secret, private, port, env)
+    try:
+        user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+        out = subprocess.run(
+            ["ssh", "-F", str(private / "ssh_config"), f"{user}@127.0.0.1", "echo $HVJOB_PROBE"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "from-the-pod"
+        # The client config also landed in ~/.ssh/config (the launcher's plain ssh).
+        # An old Secret (no host key): the client config skips host-key checks.
+        assert "StrictHostKeyChecking no" in (tmp_path / "home" / ".ssh" / "config").read_text()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+def test_client_only_prepares_the_launcher_and_runs_its_command(tmp_path):
+    secret = make_secret(tmp_path / "secret")
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = tmp_path / "ran"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "horovod_worker.sshd",
+            "--client-only",
+            f"--keys-dir={secret}",
+            f"--dir={tmp_path / 'private'}",
+            "--",
+            "touch",
+            str(marker),
+        ],
+        env={**os.environ, "HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()
+    config = (tmp_path / "private" / "ssh_config").read_text()
+    assert f"Port {contract.SSH_PORT}" in config
+    assert stat.S_IMODE((tmp_path / "private" / contract.SSH_PRIVATE_KEY).stat().st_mode) == 0o600
+    assert (home / ".ssh" / "config").read_text() == config
+
+
+def _serve(secret: Path, private: Path, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "horovod_worker.sshd",
+            f"--keys-dir={secret}",
+            f"--dir={private}",
+            f"--port={port}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while True:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return server
+        assert server.poll() is None, server.communicate()[0]
+        assert time.monotonic() < deadline, "sshd did not listen"
+        time.sleep(0.1)
+
+
+def test_the_launcher_accepts_only_the_job_host_key_whatever_horovodrun_asks(tmp_path):
+    if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
+        skip_unless_ci(
+            "openssh-server/openssh-client not installed (apt-get install openssh-server)"
+        )
+    secret = make_secret(tmp_path / "secret", host_key=True)
+    other_job = make_secret(tmp_path / "other", host_key=True)
+    port = free_port()
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    server = _serve(secret, tmp_path / "server", port, env)
+    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    # What horovodrun runs (horovod/runner/util/remote.py), through the client set-up.
+    horovodrun_ssh = [
+        "ssh",
+        "-o",
+        "PasswordAuthentication=no",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-p",
+        str(port),
+        f"{user}@127.0.0.1",
+        "echo reached",
+    ]
+
+    def launch(keys: Path, private: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "horovod_worker.sshd",
+                "--client-only",
+                f"--keys-dir={keys}",
+                f"--dir={private}",
+                f"--port={port}",
+                "--",
+                *horovodrun_ssh,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    try:
+        good = launch(secret, tmp_path / "client")
+        assert good.returncode == 0, good.stderr
+        assert good.stdout.strip().endswith("reached")
+        assert "verifies the job's host key" in good.stdout
+        # A client holding another job's known_hosts (but an authorized key) refuses.
+        mixed = tmp_path / "mixed"
+        shutil.copytree(secret, mixed)
+        for path in mixed.iterdir():
+            path.chmod(0o644)
+        shutil.copy(other_job / contract.SSH_KNOWN_HOSTS, mixed / contract.SSH_KNOWN_HOSTS)
+        bad = launch(mixed, tmp_path / "client-mixed")
+        assert bad.returncode != 0
+        assert "Host key verification failed" in bad.stderr, bad.stderr
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=10)
