@@ -1,8 +1,9 @@
 """API requests per operator from the API server's audit log (pure parsing).
 
 The cluster runs with a Metadata-level audit policy (`Layout.audit`, or
-`hack/cluster.sh up --audit`), one JSON event per line. Each request is counted
-once (by auditID), attributed to an operator by its User-Agent prefix and to a scenario by the namespace of the
+`hack/cluster.sh up --audit`), one JSON event per line. Each request is
+counted once (by auditID), attributed to an operator by its User-Agent prefix
+and to a scenario by the namespace of the
 object it touched. Cluster-scoped requests of the operator (its watches and
 lists across namespaces, leader election leases elsewhere) are counted apart:
 they are a cost of running, not of a job.

@@ -36,6 +36,7 @@ from pathlib import Path
 from .gobuild import bin_path, link_bins
 from .paths import HACK, WORK
 from .pki import make_pki, write_kubeconfig
+from .processes import log_tail
 
 DEFAULT_DIR = WORK / "cluster"
 DEFAULT_PORT_BASE = 16400
@@ -280,13 +281,6 @@ def _pid_alive(pid: int, binary: str) -> bool:
     return cmdline == binary
 
 
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
-
-
 def _https_ok(url: str, timeout: float = 2.0) -> bool:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
@@ -355,7 +349,7 @@ class Cluster:
                 log_file = self.layout.logs / f"{comp.name}.log"
                 raise ClusterError(
                     f"{comp.name} exited during start-up. Last lines of {log_file}:\n"
-                    f"{_tail(log_file)}"
+                    f"{log_tail(log_file, 40)}"
                 )
             if comp.ready == "etcd":
                 ok = _http_ok(f"http://127.0.0.1:{ports['etcd-client']}/health")
@@ -368,7 +362,7 @@ class Cluster:
             time.sleep(0.2)
         raise ClusterError(
             f"{comp.name} did not become ready in {timeout:.0f}s. Last log lines:\n"
-            f"{_tail(self.layout.logs / (comp.name + '.log'))}"
+            f"{log_tail(self.layout.logs / (comp.name + '.log'), 40)}"
         )
 
     # -- lifecycle
@@ -534,7 +528,8 @@ class Cluster:
                 return
             time.sleep(0.3)
         raise ClusterError(
-            f"kwok nodes did not become Ready. kwok log:\n{_tail(self.layout.logs / 'kwok.log')}"
+            "kwok nodes did not become Ready. kwok log:\n"
+            f"{log_tail(self.layout.logs / 'kwok.log', 40)}"
         )
 
     def set_pod_phase(

@@ -4,7 +4,6 @@ benchmarks and the soak use (argv, start, readiness, stop, log tail)."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .paths import REPO
+from .processes import log_tail, stop_process
 
 
 def free_port() -> int:
@@ -21,26 +21,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
-    """SIGTERM a process we started, SIGKILL it if it outlives `timeout`."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def log_tail(path: Path, lines: int = 60) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:])
 
 
 class OperatorProcess:

@@ -16,7 +16,7 @@ class Timeout(AssertionError):
 def wait_for(
     fn: Callable[[], T | None],
     timeout: float = 30,
-    interval: float = 0.1,
+    interval: float = 0.2,
     message: str = "condition",
     describe: Callable[[], str] | None = None,
 ) -> T:

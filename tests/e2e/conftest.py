@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from localcluster.paths import REPO
+from localcluster.processes import stop_process
 from tests.support.cluster import KubeCluster, fresh_namespace, session_cluster
 from tests.support.nodeagent import AGENT, Agent
-from tests.support.process import stop_process
 
 
 @pytest.fixture(scope="session")

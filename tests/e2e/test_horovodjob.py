@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,9 +22,10 @@ import yaml
 
 from horovod_worker.common import parse_result
 from horovod_worker.rank_output import split_by_rank
-from tests.support.cluster import KubeCluster, wait_for
+from localcluster.operator import OperatorProcess
+from localcluster.poll import wait_for
+from tests.support.cluster import KubeCluster
 from tests.support.nodeagent import LOCAL_PLACEMENT, PYTHON, REPO, Agent, alive
-from tests.support.process import stop_process
 
 ACCURACY_BAR = 0.90
 RANK_LINE = re.compile(
@@ -41,32 +41,14 @@ def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
     cluster.kubectl(
         "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
     )
-    log_file = agent.state_dir / "operator.log"
-    with open(log_file, "ab") as out:
-        proc = subprocess.Popen(
-            [
-                str(PYTHON),
-                "-m",
-                "horovod_operator",
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--http-port",
-                "0",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=REPO,
-            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-            start_new_session=True,
-        )
-    time.sleep(2)
-    if proc.poll() is not None:
-        pytest.fail(f"the operator exited at start:\n{log_file.read_text()[-3000:]}")
+    operator = OperatorProcess(
+        cluster.kubeconfig, [], agent.state_dir / "operator.log", python=str(PYTHON)
+    )
+    operator.start_and_wait(timeout=60)
     try:
-        yield log_file
+        yield operator.log_path
     finally:
-        stop_process(proc, timeout=30)
+        operator.stop(timeout=30)
 
 
 def example_job(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from tests.support.cluster import KubeCluster, wait_for
+from localcluster.poll import wait_for
+from tests.support.cluster import KubeCluster
 from tests.support.nodeagent import Agent, alive, local_pod, pod_phase
 
 

@@ -15,7 +15,7 @@ from localcluster.nodeagent.agent import netns_prefix
 from localcluster.nodeagent.netns import list_netns
 from localcluster.nodeagent.spec import ContainerState
 from tests.support.nodeagent import AGENT
-from tests.support.process import skip_unless_ci
+from tests.support.prerequisites import skip_unless_ci
 
 POD: dict[str, Any] = {
     "metadata": {"name": "w-0", "namespace": "ns", "uid": "u1", "labels": {"app": "a"}},

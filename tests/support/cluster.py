@@ -1,8 +1,6 @@
-"""Helpers for tests against the real local control plane (hack/cluster.py).
-
-The fixtures that use them live in conftest.py.
-
-"""
+"""The local control plane as tests see it (kubectl, helm, pod phases, log tails),
+a session-scoped one, and a fresh namespace per test. The fixtures that use
+them are in fixtures.py."""
 
 from __future__ import annotations
 
@@ -10,9 +8,8 @@ import json
 import os
 import re
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +18,7 @@ import pytest
 
 from localcluster import gobuild
 from localcluster.cluster import Cluster, ClusterError, Layout
+from localcluster.poll import wait_for
 
 T = TypeVar("T")
 
@@ -126,20 +124,6 @@ class KubeCluster:
             text = path.read_text(errors="replace").splitlines()[-lines:]
             out.append(f"==> {path} <==\n" + "\n".join(text))
         return "\n".join(out)
-
-
-def wait_for(
-    fn: Callable[[], T], timeout: float = 30, interval: float = 0.2, message: str = "condition"
-) -> T:
-    """Poll `fn` until it returns something truthy; fail with `message` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message}; last value: {last!r}")
 
 
 @contextmanager

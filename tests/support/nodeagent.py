@@ -11,7 +11,8 @@ from typing import Any
 from localcluster.nodeagent.agent import NODE_KIND, NODE_KIND_LABEL, TAINT_KEY, netns_prefix
 from localcluster.nodeagent.netns import list_netns
 from localcluster.paths import REPO
-from tests.support.cluster import KubeCluster, wait_for
+from localcluster.poll import wait_for
+from tests.support.cluster import KubeCluster
 
 PYTHON = REPO / ".venv" / "bin" / "python"
 # The agent's entry point: the venv's Python with the repository importable.

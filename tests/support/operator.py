@@ -9,93 +9,42 @@ proves the operator has acted, and fails at the first sight of the wrong effect.
 from __future__ import annotations
 
 import json
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from localcluster.paths import REPO
-from tests.support.cluster import KubeCluster, wait_for
-from tests.support.process import stop_process
+from localcluster.operator import OperatorProcess
+from localcluster.poll import holds, wait_for
+from tests.support.cluster import KubeCluster
 
 T = TypeVar("T")
 CHILD_KINDS = ("pods", "jobs.batch", "secrets", "configmaps", "services")
 NO_CHILDREN: dict[str, list[str]] = {kind: [] for kind in CHILD_KINDS}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class Operator:
-    """The operator as a subprocess, watching one namespace."""
+class Operator(OperatorProcess):
+    """The operator as a subprocess watching the test's namespace, with what tests
+    ask of it: waits that show its log on failure, bounded checks, request counts."""
 
     def __init__(self, cluster: KubeCluster, namespace: str, log_path: Path) -> None:
-        self.extra_args: list[str] = []
+        # A short batch window: tests wait on every status write.
+        super().__init__(cluster.kubeconfig, [namespace], log_path, ["--batch-window", "0.05"])
         self.cluster = cluster
-        self.kubeconfig = cluster.kubeconfig
         self.namespace = namespace
-        self.log_path = log_path
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "horovod_operator",
-                "--namespace",
-                self.namespace,
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--http-port",
-                str(self.port),
-                "--batch-window",
-                "0.05",
-                *self.extra_args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-        )
-        log.close()
+    def log_tail(self, lines: int = 60) -> str:
+        return self.tail(lines)
 
-    def kill(self) -> None:
-        """SIGKILL: no cleanup handlers, as when a node dies."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
+    def wait(
+        self, fn: Callable[[], T | None], timeout: float = 30, message: str = "condition"
+    ) -> T:
+        """poll.wait_for, with the operator's log tail in the failure."""
+        return wait_for(fn, timeout, message=message, describe=self._log_section)
 
     def stays(self, fn: Callable[[], object], seconds: float = 2.0, message: str = "") -> None:
         """Fail as soon as `fn()` is falsy within `seconds` (a bounded check that a
         wrong effect does not follow a state the test already waited for)."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            value = fn()
-            assert value, f"{message or 'condition'} stopped holding: {value!r}\n{self.log_tail()}"
-            time.sleep(0.1)
-
-    def metrics(self) -> str:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
-                text: str = r.read().decode()
-                return text
-        except OSError:
-            return ""
+        holds(fn, seconds, message=message or "condition", describe=self._log_section)
 
     def requests(self, verb: str, kind: str) -> int:
         """API requests of the operator by verb and kind, from /metrics."""
@@ -107,17 +56,8 @@ class Operator:
                 total += int(float(line.rsplit(" ", 1)[1]))
         return total
 
-    def log_tail(self, lines: int = 60) -> str:
-        if not self.log_path.exists():
-            return "(no operator log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def wait(self, fn: Callable[[], T], timeout: float = 30, message: str = "condition") -> T:
-        """clusterlib.wait_for, with the operator's log tail in the failure."""
-        try:
-            return wait_for(fn, timeout, message=message)
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n--- operator log ---\n{self.log_tail()}") from None
+    def _log_section(self) -> str:
+        return f"--- operator log ---\n{self.log_tail()}"
 
 
 class Jobs:
@@ -139,14 +79,14 @@ class Jobs:
         job = self.get(name)
         return (job or {}).get("status") or {}
 
-    def list(self, kind: str, selector: str) -> list[dict[str, Any]]:
+    def objects(self, kind: str, selector: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.cluster.get(kind, namespace=self.ns, selector=selector)[
             "items"
         ]
         return items
 
     def pods(self, name: str, role: str = "worker") -> list[dict[str, Any]]:
-        return self.list("pods", f"horovod.ai/job-name={name},horovod.ai/role={role}")
+        return self.objects("pods", f"horovod.ai/job-name={name},horovod.ai/role={role}")
 
     def ready_workers(self, name: str) -> list[str]:
         return sorted(
@@ -217,7 +157,7 @@ class Jobs:
         """Names of every object of the job, by kind (pods and launcher Jobs by label)."""
         result = {}
         for kind in CHILD_KINDS:
-            items = self.list(kind, f"horovod.ai/job-name={name}")
+            items = self.objects(kind, f"horovod.ai/job-name={name}")
             result[kind] = sorted(
                 i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")
             )

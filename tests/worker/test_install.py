@@ -8,7 +8,7 @@ import tarfile
 from pathlib import Path
 
 from localcluster.paths import REPO
-from tests.support.process import skip_unless_ci
+from tests.support.prerequisites import skip_unless_ci
 
 SCRIPT = REPO / "hack" / "install-worker.sh"
 PATCH = REPO / "hack" / "patches" / "horovod-0.28.1.patch"

@@ -22,7 +22,8 @@ from horovod_worker.sshd import (
     render_ssh_config,
     render_sshd_config,
 )
-from tests.support.process import skip_unless_ci
+from localcluster.operator import free_port
+from tests.support.prerequisites import skip_unless_ci
 
 
 def make_secret(directory: Path, host_key: bool = False) -> Path:
@@ -150,12 +151,6 @@ def test_strict_modes_rejects_world_writable_parents(tmp_path):
     assert not is_safe_path(Path("/tmp"), uid)
     if is_safe_path(tmp_path, uid):  # tmp_path itself may sit under /tmp
         assert is_safe_path(safe, uid)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path):

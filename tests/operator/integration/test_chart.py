@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.operator import free_port
 from localcluster.paths import REPO
-from tests.support.cluster import KubeCluster, wait_for
-from tests.support.process import stop_process
+from localcluster.poll import holds, wait_for
+from localcluster.processes import stop_process
+from tests.support.cluster import KubeCluster
 
 CHART = str(REPO / "charts" / "horovod-operator")
 CUSTOM_VALUES = str(Path(__file__).parent / "testdata" / "values-custom.yaml")
@@ -41,12 +41,6 @@ CLUSTER_READER = {
     "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
     "namespaces": {"get", "list", "watch"},
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _docs(text: str) -> list[dict[str, Any]]:
@@ -240,6 +234,10 @@ def installed(cluster: KubeCluster, namespace: str, crd: None) -> Iterator[tuple
         cluster.kubectl("delete", "namespace", jobs_ns, "--wait=false", check=False)
 
 
+def _refused(log: str) -> bool:
+    return "Forbidden" in log or " 403" in log
+
+
 def test_operator_from_the_chart_reconciles_as_its_service_account(
     cluster: KubeCluster, installed: tuple[str, str], tmp_path: Path
 ) -> None:
@@ -262,7 +260,7 @@ def test_operator_from_the_chart_reconciles_as_its_service_account(
         for e in container["env"]
     }
     assert env["HOROVOD_OPERATOR_LEADER_ELECT"] == "true"
-    env["HOROVOD_OPERATOR_HTTP_PORT"] = str(_free_port())
+    env["HOROVOD_OPERATOR_HTTP_PORT"] = str(free_port())
     venv_bin = str(Path(sys.executable).parent)
     log_path = tmp_path / "operator.log"
     with log_path.open("wb") as log:
@@ -321,12 +319,12 @@ def test_operator_from_the_chart_reconciles_as_its_service_account(
             20,
             message="the operator's log of the transition",
         )
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:  # a bounded check: no refusal, ever
-            log = log_path.read_text(errors="replace")
-            assert proc.poll() is None, log[-3000:]
-            assert "Forbidden" not in log and " 403" not in log, log[-3000:]
-            time.sleep(0.1)
+        holds(  # a bounded check: the operator lives and is never refused
+            lambda: proc.poll() is None and not _refused(log_path.read_text(errors="replace")),
+            1.0,
+            message="no API refusal in the operator's log",
+            describe=lambda: log_path.read_text(errors="replace")[-3000:],
+        )
     finally:
         stop_process(proc)
         print("--- operator log ---\n" + log_path.read_text(errors="replace")[-4000:])

@@ -94,7 +94,7 @@ def test_launcher_waits_for_every_worker_ready(
     stalled = jobs.op.wait(lambda: jobs.condition("gated", "Stalled"), 30, "Stalled")
     assert stalled["reason"] == "Unschedulable"
     assert "gated-worker-" in stalled["message"] and "node affinity/selector" in stalled["message"]
-    jobs.op.stays(lambda: jobs.list("jobs.batch", "horovod.ai/job-name=gated") == [], 1.0)
+    jobs.op.stays(lambda: jobs.objects("jobs.batch", "horovod.ai/job-name=gated") == [], 1.0)
     assert jobs.status("gated")["phase"] == "Pending"
 
     node = cluster.get("nodes")["items"][0]["metadata"]["name"]
@@ -110,7 +110,7 @@ def test_at_startup_creates_the_launcher_at_once(jobs: Jobs, namespace: str) -> 
     manifest = hvjob("eager", replicas=2, runPolicy={"launcherCreationPolicy": "AtStartup"})
     manifest["spec"]["worker"]["template"] = {"spec": {"nodeSelector": {"nowhere": "x"}}}
     jobs.apply(manifest)
-    jobs.op.wait(lambda: jobs.list("jobs.batch", "horovod.ai/job-name=eager"), 20, "launcher")
+    jobs.op.wait(lambda: jobs.objects("jobs.batch", "horovod.ai/job-name=eager"), 20, "launcher")
     assert jobs.ready_workers("eager") == []
 
 
@@ -223,8 +223,8 @@ def test_deadline_exceeded(jobs: Jobs, namespace: str) -> None:
     jobs.wait_running("late")
     status = jobs.wait_phase("late", "Failed", timeout=20)
     assert condition(status, "Failed")["reason"] == "DeadlineExceeded"
-    jobs.op.wait(lambda: jobs.list("pods", "horovod.ai/job-name=late") == [], 20, "pods removed")
-    assert jobs.list("jobs.batch", "horovod.ai/job-name=late") == []
+    jobs.op.wait(lambda: jobs.objects("pods", "horovod.ai/job-name=late") == [], 20, "pods removed")
+    assert jobs.objects("jobs.batch", "horovod.ai/job-name=late") == []
 
 
 def test_suspend_and_resume(jobs: Jobs, namespace: str, cluster: KubeCluster) -> None:
@@ -234,8 +234,8 @@ def test_suspend_and_resume(jobs: Jobs, namespace: str, cluster: KubeCluster) ->
     cluster.kubectl("patch", "hvjob", "pause", "-n", namespace, "--type=merge", "-p", patch)
     status = jobs.wait_phase("pause", "Suspended")
     assert condition(status, "Suspended")["status"] == "True"
-    jobs.op.wait(lambda: jobs.list("pods", "horovod.ai/job-name=pause") == [], 20, "pods gone")
-    assert jobs.list("jobs.batch", "horovod.ai/job-name=pause") == []
+    jobs.op.wait(lambda: jobs.objects("pods", "horovod.ai/job-name=pause") == [], 20, "pods gone")
+    assert jobs.objects("jobs.batch", "horovod.ai/job-name=pause") == []
     assert jobs.get("pause") is not None
 
     patch = '{"spec": {"runPolicy": {"suspend": false}}}'
@@ -263,13 +263,15 @@ def test_clean_pod_policy(
     jobs.wait_phase("clean", "Succeeded")
     if workers_left == 0:
         jobs.op.wait(lambda: jobs.pods("clean") == [], 20, "workers deleted")
-        jobs.op.wait(lambda: not jobs.list("jobs.batch", "horovod.ai/job-name=clean"), 20, "gone")
+        jobs.op.wait(
+            lambda: not jobs.objects("jobs.batch", "horovod.ai/job-name=clean"), 20, "gone"
+        )
     else:
         # The Succeeded Event is posted just before cleanup's deletes would be sent.
         jobs.op.wait(lambda: "LauncherSucceeded" in [e["reason"] for e in jobs.events("clean")])
         jobs.op.stays(lambda: jobs.op.requests("DELETE", "Pod") == 0, 1.0, "no pod deleted")
         assert len(jobs.pods("clean")) == workers_left
-        assert bool(jobs.list("jobs.batch", "horovod.ai/job-name=clean")) is launcher_left
+        assert bool(jobs.objects("jobs.batch", "horovod.ai/job-name=clean")) is launcher_left
 
 
 def test_ttl_after_finished_deletes_the_job(
@@ -345,7 +347,7 @@ def test_deleted_during_creation_leaves_nothing(
     jobs: Jobs, namespace: str, cluster: KubeCluster
 ) -> None:
     jobs.apply(hvjob("blink", replicas=8))
-    jobs.op.wait(lambda: jobs.list("pods", "horovod.ai/job-name=blink"), 20, "first pods")
+    jobs.op.wait(lambda: jobs.objects("pods", "horovod.ai/job-name=blink"), 20, "first pods")
     cluster.kubectl("delete", "hvjob", "blink", "-n", namespace, "--wait=false")
     jobs.op.wait(lambda: jobs.children("blink") == NO_CHILDREN, 40, "garbage collection")
     jobs.op.stays(lambda: jobs.children("blink") == NO_CHILDREN, 2.0, "nothing comes back")

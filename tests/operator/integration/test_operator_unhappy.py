@@ -60,7 +60,7 @@ def test_delete_and_reapply_runs_the_new_job_from_scratch(
         for kind in ("pods", "jobs.batch", "secrets", "configmaps", "services"):
             items = [
                 i
-                for i in jobs.list(kind, "horovod.ai/job-name=again")
+                for i in jobs.objects(kind, "horovod.ai/job-name=again")
                 if i["metadata"].get("labels", {}).get("horovod.ai/role") != "launcher"
                 or kind != "pods"
             ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support.cluster import KubeCluster, wait_for
+from localcluster.poll import wait_for
+from tests.support.cluster import KubeCluster
 
 TESTDATA = Path(__file__).parent / "testdata"
 

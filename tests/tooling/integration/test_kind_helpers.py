@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from localcluster.operator import OperatorProcess
 from localcluster.paths import REPO
+from localcluster.poll import wait_for
 from tests.e2e.kind import kind_e2e
-from tests.support.cluster import KubeCluster, wait_for
-from tests.support.process import stop_process
+from tests.support.cluster import KubeCluster
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
@@ -32,27 +33,12 @@ def test_cpu_variant_of_every_example_is_accepted_by_the_server(
 
 @pytest.fixture
 def operator(cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path) -> Iterator[Path]:
-    log = tmp_path / "operator.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "horovod_operator",
-                "-n",
-                namespace,
-                "--kubeconfig",
-                str(cluster.kubeconfig),
-                "--http-port",
-                "0",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    operator = OperatorProcess(cluster.kubeconfig, [namespace], tmp_path / "operator.log")
+    operator.start_and_wait()
     try:
-        yield log
+        yield operator.log_path
     finally:
-        stop_process(proc)
+        operator.stop()
 
 
 def _wait_cli(

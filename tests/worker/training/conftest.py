@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.process import skip_unless_ci
+from tests.support.prerequisites import skip_unless_ci
 from tests.support.training import horovod_missing
 
 HERE = Path(__file__).resolve().parent

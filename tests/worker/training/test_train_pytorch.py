@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import horovod_contract as contract
-from tests.support.process import skip_unless_ci
+from tests.support.prerequisites import skip_unless_ci
 from tests.support.training import Run, built_with, horovodrun
 
 EPOCHS = 3
