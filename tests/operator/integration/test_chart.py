@@ -21,7 +21,7 @@ from localcluster.processes import stop_process
 from tests.support.cluster import KubeCluster
 
 CHART = str(REPO / "charts" / "horovod-operator")
-CUSTOM_VALUES = str(Path(__file__).parent / "testdata" / "values-custom.yaml")
+CUSTOM_VALUES = str(REPO / "tests" / "testdata" / "values-custom.yaml")
 
 # What the operator may do, and nothing more (charts/horovod-operator/templates/_helpers.tpl).
 EXPECTED_RULES = {

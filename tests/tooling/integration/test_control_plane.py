@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster
 
-TESTDATA = Path(__file__).parent / "testdata"
+TESTDATA = REPO / "tests" / "testdata"
 
 
 def test_api_server_answers(cluster: KubeCluster) -> None:
