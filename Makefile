@@ -14,19 +14,19 @@ bootstrap:  ## install system packages, .venv, control plane binaries, worker fr
 test: bootstrap  ## every test: unit, integration (real control plane), training, e2e
 	.venv/bin/pytest -ra
 
-test-unit: ## pure tests, no cluster
+test-unit: ## pure tests, no cluster (tests mirror the code: tests/operator, tests/worker, tests/tooling)
 	SKIP_WORKER=1 hack/bootstrap.sh
-	.venv/bin/pytest -ra tests/unit
+	.venv/bin/pytest -ra -m "not integration and not e2e and not training"
 
-test-integration:
+test-integration:  ## against the local control plane (tests/*/integration)
 	SKIP_WORKER=1 hack/bootstrap.sh
-	.venv/bin/pytest -ra tests/integration
+	.venv/bin/pytest -ra -m integration
 
-lint:  ## ruff and mypy (strict for the operator)
+lint:  ## ruff and mypy (strict for the operator, the contract and the tooling)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy operator/horovod_operator contract/horovod_contract
+	.venv/bin/mypy operator/horovod_operator contract/horovod_contract localcluster
 	.venv/bin/mypy worker/horovod_worker
 
 format:

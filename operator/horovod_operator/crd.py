@@ -222,7 +222,7 @@ and keeps running on the spec it last accepted. The operator never deletes a
 pod because of an edit.
 """
 
-# What an edit of each field does, by the job's phase (tests/unit/test_decide.py
+# What an edit of each field does, by the job's phase (tests/operator/test_decide.py
 # has a test per row).
 EDIT_COLUMNS: Final = (
     "Field",

@@ -1,6 +1,6 @@
 """The Helm chart's static promises: versions tied to the package, every value
 documented in place and covered by the schema. (Rendering and installing are
-tested against the control plane in tests/integration/test_chart.py.)"""
+tested against the control plane in tests/operator/integration/test_chart.py.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The reconcile loop over a recording fake of the kube layer: order of writes,
 409s read and never adopted, 403s retried with backoff, conflicts on status.
 
-The behaviour against the real API server is in tests/integration; this checks
+The behaviour against the real API server is in tests/operator/integration; this checks
 the executor's bookkeeping quickly and exactly.
 """
 

@@ -39,7 +39,7 @@ class Run:
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO / "worker"), env.get("PYTHONPATH", "")) if p
+        p for p in (str(REPO / "worker"), str(REPO / "contract"), env.get("PYTHONPATH", "")) if p
     )
     env.pop("HVJOB_EXPECTED_SIZE", None)
     env.update(extra or {})
@@ -56,7 +56,7 @@ def horovodrun(
 ) -> Run:
     """Run ``horovodrun -np N -H localhost:N --<mode> python -m horovod_worker.train ARGS``.
 
-    ``per_rank``: start through tests/training/per_rank.py, which replaces
+    ``per_rank``: start through tests/support/per_rank.py, which replaces
     "{rank}" in ARGS with each process's rank (different seeds or directories).
     """
     trainer = (

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Helpers of the kind end-to-end script (tests/e2e/kind/run.sh), kept in Python so
 that the same code is exercised against the local control plane here
-(tests/integration/test_kind_helpers.py), where kind cannot run.
+(tests/tooling/integration/test_kind_helpers.py), where kind cannot run.
 
     kind_e2e.py cpu-variant EXAMPLE.yaml --image IMG   print a CPU-only copy of an example
     kind_e2e.py expected EXAMPLE.yaml                  print the phase the example should end in

@@ -5,7 +5,8 @@
 # Needs a Docker host plus kind, kubectl, helm and python3 with PyYAML. It cannot
 # run on machines without a Docker engine (our CI's); there, the chart, the
 # manifests, the examples and kind_e2e.py are exercised against the local control
-# plane by tests/integration/test_chart.py and tests/integration/test_kind_helpers.py.
+# plane by tests/operator/integration/test_chart.py and
+# tests/tooling/integration/test_kind_helpers.py.
 #
 #   tests/e2e/kind/run.sh                      # KIND_NODE_IMAGE=kindest/node:v1.33.1 to pick a version
 #   KEEP_CLUSTER=1 tests/e2e/kind/run.sh       # leave the cluster for debugging
