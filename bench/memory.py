@@ -25,6 +25,7 @@ from typing import Any
 from localcluster import gobuild, operator
 from localcluster.cluster import Cluster, Layout
 from localcluster.kube import Client
+from localcluster.namespaces import create_namespace
 from localcluster.paths import REPO
 
 from . import manifests
@@ -80,9 +81,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
         )
         for ns in (RUNNING_NS, FINISHED_NS):
-            client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-            while client.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default") is None:
-                time.sleep(0.2)
+            create_namespace(client, ns)
         spec = OperatorSpec("ours", "horovod-operator", "horovod", args.qps, args.burst)
         op = operator_process(
             spec,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -11,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from localcluster import gobuild, operator
+from localcluster.processes import port_free
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -109,16 +109,6 @@ class Sampler:
 # --- the operators -------------------------------------------------------------------------
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
 @dataclass
 class OperatorSpec:
     """One operator configuration under test."""
@@ -159,7 +149,7 @@ class MpiOperatorProcess(operator.OperatorProcess):
         ]
 
     def start(self) -> None:
-        if not port_free(MPI_HEALTH_PORT):
+        if not port_free(MPI_HEALTH_PORT, "0.0.0.0"):
             raise RuntimeError(
                 f"port {MPI_HEALTH_PORT} is taken; mpi-operator serves /healthz there (fixed)"
             )

@@ -32,6 +32,7 @@ from typing import Any
 from localcluster import gobuild, operator
 from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, Cluster, Layout
 from localcluster.kube import Client
+from localcluster.namespaces import create_namespace
 from localcluster.paths import REPO
 from localcluster.versions import read_versions
 
@@ -214,12 +215,7 @@ class Bench:
     def namespace(self, tag: str) -> Iterator[str]:
         assert self.client is not None
         ns = f"bench-{tag}-{self.run_id}"
-        self.client.create("/api/v1/namespaces", {"metadata": {"name": ns}})
-        deadline = time.monotonic() + 60
-        while self.client.get(f"/api/v1/namespaces/{ns}/serviceaccounts/default") is None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"serviceaccount default in {ns}")
-            time.sleep(0.2)
+        create_namespace(self.client, ns)
         try:
             yield ns
         finally:

@@ -41,6 +41,7 @@ from typing import Any
 from localcluster import gobuild
 from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, SIM_REASON, Cluster, Layout
 from localcluster.kube import ApiError, Client
+from localcluster.namespaces import create_namespace
 from localcluster.paths import REPO
 
 from .procs import OperatorSpec, log, operator_process
@@ -117,12 +118,7 @@ class Soak:
         self.cluster.kubectl(
             "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
         )
-        self.cluster.kubectl("create", "namespace", NS)
-        deadline = time.monotonic() + 30
-        while not self.client.get(f"/api/v1/namespaces/{NS}/serviceaccounts/default"):
-            if time.monotonic() > deadline:
-                raise RuntimeError("no default ServiceAccount in the soak namespace")
-            time.sleep(0.3)
+        create_namespace(self.client, NS)
         spec = OperatorSpec(
             key="ours",
             label="horovod-operator",

@@ -36,7 +36,8 @@ from pathlib import Path
 from .gobuild import bin_path, link_bins
 from .paths import HACK, WORK
 from .pki import make_pki, write_kubeconfig
-from .processes import log_tail
+from .poll import wait_for
+from .processes import log_tail, port_free
 
 DEFAULT_DIR = WORK / "cluster"
 DEFAULT_PORT_BASE = 16400
@@ -256,16 +257,6 @@ def _audit_flags(layout: Layout) -> list[str]:
     ]
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _port_open(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.5)
@@ -279,6 +270,16 @@ def _pid_alive(pid: int, binary: str) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return cmdline == binary
+
+
+def _reap(pid: int, binary: str, grace: float = 15) -> None:
+    """Wait for a process we sent SIGTERM to end; SIGKILL it after `grace` seconds."""
+    deadline = time.monotonic() + grace
+    while _pid_alive(pid, binary) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _pid_alive(pid, binary):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _https_ok(url: str, timeout: float = 2.0) -> bool:
@@ -341,28 +342,28 @@ class Cluster:
     def _wait_ready(
         self, comp: Component, proc: subprocess.Popen[bytes], timeout: float = 90
     ) -> None:
-        deadline = time.monotonic() + timeout
         ports = self.layout.ports
-        while time.monotonic() < deadline:
+        log_file = self.layout.logs / f"{comp.name}.log"
+
+        def ready() -> bool:
             # poll(), not /proc: right after fork the child may not have exec'd yet.
             if proc.poll() is not None:
-                log_file = self.layout.logs / f"{comp.name}.log"
                 raise ClusterError(
                     f"{comp.name} exited during start-up. Last lines of {log_file}:\n"
                     f"{log_tail(log_file, 40)}"
                 )
             if comp.ready == "etcd":
-                ok = _http_ok(f"http://127.0.0.1:{ports['etcd-client']}/health")
-            elif comp.ready == "apiserver":
-                ok = _https_ok(f"{self.layout.server}/readyz")
-            else:
-                ok = _port_open(ports[comp.name])
-            if ok:
-                return
-            time.sleep(0.2)
-        raise ClusterError(
-            f"{comp.name} did not become ready in {timeout:.0f}s. Last log lines:\n"
-            f"{log_tail(self.layout.logs / (comp.name + '.log'), 40)}"
+                return _http_ok(f"http://127.0.0.1:{ports['etcd-client']}/health")
+            if comp.ready == "apiserver":
+                return _https_ok(f"{self.layout.server}/readyz")
+            return _port_open(ports[comp.name])
+
+        wait_for(
+            ready,
+            timeout,
+            message=f"{comp.name} to become ready",
+            describe=lambda: f"Last lines of {log_file}:\n{log_tail(log_file, 40)}",
+            error=ClusterError,
         )
 
     # -- lifecycle
@@ -374,7 +375,7 @@ class Cluster:
                 "Fix: `hack/cluster.sh down` first, or use it as it is."
             )
         for name, port in layout.ports.items():
-            if not _port_free(port):
+            if not port_free(port):
                 raise ClusterError(
                     f"port {port} (for {name}) on 127.0.0.1 is already in use. Fix: stop what "
                     f"listens there (`ss -ltnp 'sport = :{port}'`) or choose other ports with "
@@ -430,30 +431,27 @@ class Cluster:
 
     def _wait_default_objects(self, timeout: float = 60) -> None:
         """RBAC bootstrap policy must exist before the controllers authenticate."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            proc = self.kubectl(
-                "get", "clusterrolebinding", "system:kube-controller-manager", check=False
-            )
-            if proc.returncode == 0:
-                return
-            time.sleep(0.3)
-        raise ClusterError("the API server never created its bootstrap RBAC policy")
+        wait_for(
+            lambda: (
+                self.kubectl(
+                    "get", "clusterrolebinding", "system:kube-controller-manager", check=False
+                ).returncode
+                == 0
+            ),
+            timeout,
+            interval=0.3,
+            message="the API server's bootstrap RBAC policy",
+            error=ClusterError,
+        )
 
     def down(self, quiet: bool = False) -> None:
-        stopped = []
-        for name, pid in reversed(list(self.running().items())):
+        comps = {c.name: c for c in self._known_components()}
+        running = list(self.running().items())
+        for _, pid in reversed(running):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            stopped.append((name, pid))
-        deadline = time.monotonic() + 15
-        comps = {c.name: c for c in self._known_components()}
-        for name, pid in stopped:
-            while _pid_alive(pid, comps[name].argv[0]) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _pid_alive(pid, comps[name].argv[0]):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        for name, pid in reversed(running):
+            _reap(pid, comps[name].argv[0])
             if not quiet:
                 log(f"stopped {name} (pid {pid})")
         if self.layout.root.exists():
@@ -469,12 +467,7 @@ class Cluster:
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            while _pid_alive(pid, comp.argv[0]) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _pid_alive(pid, comp.argv[0]):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            _reap(pid, comp.argv[0])
         proc = self._start(comp)
         self._wait_ready(comp, proc)
         log(f"{name} restarted (pid {proc.pid})")
@@ -512,24 +505,23 @@ class Cluster:
         return names
 
     def wait_nodes_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            out = self.kubectl("get", "nodes", "-o", "json").stdout
-            nodes = json.loads(out)["items"]
-            ready = [
-                n
-                for n in nodes
-                if any(
+        def all_ready() -> bool:
+            nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+            return bool(nodes) and all(
+                any(
                     c["type"] == "Ready" and c["status"] == "True"
                     for c in n.get("status", {}).get("conditions", [])
                 )
-            ]
-            if nodes and len(ready) == len(nodes):
-                return
-            time.sleep(0.3)
-        raise ClusterError(
-            "kwok nodes did not become Ready. kwok log:\n"
-            f"{log_tail(self.layout.logs / 'kwok.log', 40)}"
+                for n in nodes
+            )
+
+        wait_for(
+            all_ready,
+            timeout,
+            interval=0.3,
+            message="every kwok node Ready",
+            describe=lambda: f"kwok log:\n{log_tail(self.layout.logs / 'kwok.log', 40)}",
+            error=ClusterError,
         )
 
     def set_pod_phase(

@@ -4,7 +4,6 @@ benchmarks and the soak use (argv, start, readiness, stop, log tail)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .paths import REPO
-from .processes import log_tail, stop_process
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from .processes import free_port, log_tail, stop_process
 
 
 class OperatorProcess:

@@ -19,10 +19,12 @@ def wait_for(
     interval: float = 0.2,
     message: str = "condition",
     describe: Callable[[], str] | None = None,
+    error: type[Exception] = Timeout,
 ) -> T:
     """Poll `fn` until it returns something truthy and return that. On timeout raise
-    Timeout naming `message`, the last value seen and, when given, `describe()`
-    (a log tail, say)."""
+    `error` (Timeout unless the caller has its own) naming `message`, the last value
+    seen and, when given, `describe()` (a log tail, say). Exceptions from `fn`
+    propagate: a poll that sees the state can never arrive fails at once."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while True:
@@ -31,7 +33,7 @@ def wait_for(
             return last
         if time.monotonic() >= deadline:
             detail = f"\n{describe()}" if describe is not None else ""
-            raise Timeout(
+            raise error(
                 f"timed out after {timeout:.0f}s waiting for {message} (last: {last!r}){detail}"
             )
         time.sleep(interval)

@@ -1,8 +1,9 @@
-"""Processes the tooling starts: stop them, read their logs."""
+"""Processes the tooling starts (stop them, read their logs) and the ports they take."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -25,3 +26,22 @@ def log_tail(path: Path, lines: int = 60) -> str:
     except FileNotFoundError:
         return f"(no log at {path})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the kernel's choice)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether `port` can be bound on `host` now."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True

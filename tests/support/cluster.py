@@ -23,14 +23,15 @@ from localcluster.poll import wait_for
 T = TypeVar("T")
 
 
-class KubeCluster:
-    """What tests get: kubectl, helm, pod-phase control, logs."""
+class KubeCluster(Cluster):
+    """What tests get of the local control plane: kubectl and helm that fail as test
+    assertions with their output, JSON getters, and the logs for failure reports."""
 
-    def __init__(self, impl: Cluster):
-        self.impl = impl
-        self.kubeconfig = impl.layout.kubeconfig
-        self.logs_dir = impl.layout.logs
-        self.bin_dir = impl.layout.bin
+    def __init__(self, layout: Layout):
+        super().__init__(layout)
+        self.kubeconfig = layout.kubeconfig
+        self.logs_dir = layout.logs
+        self.bin_dir = layout.bin
         self.env = {
             **os.environ,
             "KUBECONFIG": str(self.kubeconfig),
@@ -40,7 +41,7 @@ class KubeCluster:
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        proc = self.impl.kubectl(*args, check=False, input=input, timeout=timeout)
+        proc = super().kubectl(*args, check=False, input=input, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}{proc.stdout}"
@@ -98,26 +99,6 @@ class KubeCluster:
             args += ["-n", namespace]
         return self.kubectl(*args, input=text, check=check)
 
-    def set_pod_phase(
-        self,
-        namespace: str,
-        pod: str,
-        phase: str,
-        exit_code: int = 0,
-        reason: str | None = None,
-        message: str | None = None,
-    ) -> None:
-        self.impl.set_pod_phase(namespace, pod, phase, exit_code, reason, message)
-
-    def restart(self, component: str) -> None:
-        """Restart one control-plane process (etcd, kube-apiserver, ...) on its state."""
-        self.impl.restart(component)
-
-    def add_kwok_nodes(self, count: int, gpus: int, prefix: str) -> list[str]:
-        names = self.impl.add_kwok_nodes(count, gpus, prefix=prefix)
-        self.impl.wait_nodes_ready()
-        return names
-
     def log_tails(self, lines: int = 30) -> str:
         out = []
         for path in sorted(self.logs_dir.glob("*.log")):
@@ -136,10 +117,10 @@ def session_cluster(env_prefix: str, default_dir: Path, default_port: int) -> It
     """
     reuse = os.environ.get(f"{env_prefix}_REUSE")
     if reuse:
-        impl = Cluster(Layout.load(Path(reuse)))
-        if not impl.status()["apiserver_ready"]:
+        reused = KubeCluster(Layout.load(Path(reuse)))
+        if not reused.status()["apiserver_ready"]:
             pytest.fail(f"{env_prefix}_REUSE={reuse}: no ready cluster there (hack/cluster.sh up)")
-        yield KubeCluster(impl)
+        yield reused
         return
     layout = Layout(
         root=Path(os.environ.get(f"{env_prefix}_DIR", default_dir)),
@@ -153,7 +134,7 @@ def session_cluster(env_prefix: str, default_dir: Path, default_port: int) -> It
     except ClusterError as exc:
         pytest.fail(f"the local control plane did not start: {exc}")
     try:
-        yield KubeCluster(impl)
+        yield KubeCluster(layout)
     finally:
         impl.down(quiet=True)
 

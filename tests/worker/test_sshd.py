@@ -22,7 +22,7 @@ from horovod_worker.sshd import (
     render_ssh_config,
     render_sshd_config,
 )
-from localcluster.operator import free_port
+from localcluster.processes import free_port
 from tests.support.prerequisites import skip_unless_ci
 
 

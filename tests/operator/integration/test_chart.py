@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster.operator import free_port
 from localcluster.paths import REPO
 from localcluster.poll import holds, wait_for
-from localcluster.processes import stop_process
+from localcluster.processes import free_port, stop_process
 from tests.support.cluster import KubeCluster
 
 CHART = str(REPO / "charts" / "horovod-operator")

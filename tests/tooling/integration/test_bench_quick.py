@@ -20,12 +20,13 @@ import pytest
 
 from bench import procs
 from localcluster.paths import REPO
+from localcluster.processes import port_free
 
 
 @pytest.mark.timeout(1800)  # a first run builds mpi-operator (minutes on 2 cores)
 def test_bench_quick(tmp_path: Path) -> None:
     operators = ["ours"]
-    if shutil.which("go") and procs.port_free(procs.MPI_HEALTH_PORT):
+    if shutil.which("go") and port_free(procs.MPI_HEALTH_PORT, "0.0.0.0"):
         operators.append("mpi")
     out = tmp_path / "out"
     proc = subprocess.run(
