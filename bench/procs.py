@@ -133,6 +133,7 @@ class MpiOperatorProcess(operator.OperatorProcess):
         super().__init__(kubeconfig, [namespace], log_path)
         self.spec = spec
         self.port = MPI_HEALTH_PORT
+        self.label = spec.label
 
     def argv(self) -> list[str]:
         namespace = self.namespaces[0]

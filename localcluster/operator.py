@@ -33,6 +33,7 @@ class OperatorProcess:
         self.python = python
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.label = "horovod-operator"
 
     @property
     def pid(self) -> int:
@@ -78,12 +79,12 @@ class OperatorProcess:
         while time.monotonic() < started + timeout:
             if self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"the operator exited ({self.proc.returncode}) at start:\n{self.tail()}"
+                    f"{self.label} exited ({self.proc.returncode}) at start:\n{self.tail()}"
                 )
             if self.ready():
                 return time.monotonic() - started
             time.sleep(0.2)
-        raise RuntimeError(f"the operator was not ready after {timeout:.0f}s:\n{self.tail()}")
+        raise RuntimeError(f"{self.label} was not ready after {timeout:.0f}s:\n{self.tail()}")
 
     def metrics(self) -> str:
         try:
