@@ -230,8 +230,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
     handler = {
         "run": _run,
         "logs": _logs,
