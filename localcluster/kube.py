@@ -1,15 +1,17 @@
-"""A small, fast Kubernetes client for the harness (standard library + PyYAML).
+"""A small, fast Kubernetes client: JSON over http.client (standard library + PyYAML).
 
 The harness must not be the bottleneck it measures: on a 2-core machine the
 typed kubernetes client spends more CPU deserializing 512-pod watches than the
 operators under test. This one speaks JSON over http.client with the
 kubeconfig's client certificate, one keep-alive connection per thread, and
-streams watches line by line.
+streams watches line by line. bench/ and the node agent
+(localcluster.nodeagent.kube) both use it.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import ssl
@@ -17,7 +19,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +36,20 @@ class ApiError(RuntimeError):
         self.status = status
 
 
-def _materialize(entry: dict[str, Any], key: str, tmp: Path) -> str | None:
-    """A kubeconfig field as a file path (inline *-data fields are written out)."""
+def with_query(path: str, query: Mapping[str, str]) -> str:
+    """`path` with `query` URL-encoded onto it (after any query it has)."""
+    if not query:
+        return path
+    return f"{path}{'&' if '?' in path else '?'}{urllib.parse.urlencode(query)}"
+
+
+def _materialize(entry: dict[str, Any], key: str, tmp: Path, base: Path) -> str | None:
+    """A kubeconfig field as a file path (inline *-data fields are written out).
+
+    A relative path is relative to the kubeconfig's directory, as kubectl reads it.
+    """
     if entry.get(key):
-        return str(entry[key])
+        return str(base / Path(entry[key]).expanduser())
     data = entry.get(f"{key}-data")
     if not data:
         return None
@@ -48,20 +60,22 @@ def _materialize(entry: dict[str, Any], key: str, tmp: Path) -> str | None:
 
 class Client:
     def __init__(self, kubeconfig: str | Path, user_agent: str = USER_AGENT) -> None:
+        base = Path(kubeconfig).resolve().parent
         cfg = yaml.safe_load(Path(kubeconfig).read_text())
         ctx_name = cfg.get("current-context")
         ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
         cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
         user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
-        self._tmp = tempfile.TemporaryDirectory(prefix="bench-kube-")
+        self._tmp = tempfile.TemporaryDirectory(prefix="kube-client-")
         tmp = Path(self._tmp.name)
-        url = urllib.parse.urlparse(cluster["server"])
+        self.server: str = cluster["server"]
+        url = urllib.parse.urlparse(self.server)
         self.host = url.hostname or "127.0.0.1"
         self.port = url.port or 443
-        ca = _materialize(cluster, "certificate-authority", tmp)
+        ca = _materialize(cluster, "certificate-authority", tmp, base)
         self.ssl = ssl.create_default_context(cafile=ca)
-        cert = _materialize(user, "client-certificate", tmp)
-        key = _materialize(user, "client-key", tmp)
+        cert = _materialize(user, "client-certificate", tmp, base)
+        key = _materialize(user, "client-key", tmp, base)
         if cert and key:
             self.ssl.load_cert_chain(cert, key)
         self.token = user.get("token")
@@ -127,6 +141,10 @@ class Client:
     def merge_patch(self, path: str, patch: Obj) -> Obj:
         return self.request("PATCH", path, patch, "application/merge-patch+json")[1]
 
+    def strategic_merge_patch(self, path: str, patch: Obj) -> Obj:
+        """A strategic merge patch: lists merge by their key (conditions by type)."""
+        return self.request("PATCH", path, patch, "application/strategic-merge-patch+json")[1]
+
     def apply(self, path: str, obj: Obj, manager: str = "horovod-bench") -> Obj:
         return self.request(
             "PATCH",
@@ -140,11 +158,58 @@ class Client:
 
     # --- watches --------------------------------------------------------------------------
 
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        query: Mapping[str, str] | None = None,
+        timeout_seconds: int = 300,
+    ) -> Generator[Obj, None, None]:
+        """The events of one watch request on `path` (a list URL) from `resource_version`.
+
+        Bookmarks are yielded too: their resourceVersion is where to resume. Returns
+        when the server ends the watch (after `timeout_seconds`). An ERROR event (410
+        Gone: the version is too old to resume from; list again) raises ApiError with
+        its code; a broken connection raises OSError or http.client.HTTPException
+        (resume from the last version seen).
+        """
+        params = {
+            **(query or {}),
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        # A connection of its own (the response streams until the server ends it), with a
+        # read timeout past the server's: a watch that went silent is a broken one.
+        conn = http.client.HTTPSConnection(
+            self.host, self.port, context=self.ssl, timeout=timeout_seconds + 60
+        )
+        try:
+            conn.request("GET", with_query(path, params), headers=self._headers())
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise ApiError(resp.status, resp.read().decode(errors="replace"), f"watch {path}")
+            while True:
+                line = resp.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                event: Obj = json.loads(line)
+                if event.get("type") == "ERROR":
+                    code = (event.get("object") or {}).get("code") or 410
+                    raise ApiError(int(code), json.dumps(event), f"watch {path}")
+                yield event
+        finally:
+            conn.close()
+
     def stream(self, path: str, stop: threading.Event) -> Iterator[Obj]:
         """Watch events of `path` (a list URL); lists first, then watches from its version.
 
         Yields the list's items as synthetic ADDED events, then every watch event.
         Reconnects on a closed stream, so a long run survives the server's timeout.
+        An ERROR event (410 Gone) ends it with ApiError.
         """
         for attempt in range(30):
             try:
@@ -157,37 +222,21 @@ class Client:
         version = listing["metadata"].get("resourceVersion", "")
         for item in listing.get("items", []):
             yield {"type": "ADDED", "object": item}
-        sep = "&" if "?" in path else "?"
         while not stop.is_set():
-            conn = http.client.HTTPSConnection(self.host, self.port, context=self.ssl, timeout=3600)
             try:
-                conn.request(
-                    "GET",
-                    f"{path}{sep}watch=1&allowWatchBookmarks=true&resourceVersion={version}"
-                    "&timeoutSeconds=3000",
-                    headers=self._headers(),
-                )
-                resp = conn.getresponse()
-                if resp.status != 200:
-                    raise ApiError(resp.status, resp.read().decode(errors="replace"), path)
-                while not stop.is_set():
-                    line = resp.readline()
-                    if not line:
-                        break
-                    event = json.loads(line)
-                    meta = event.get("object", {}).get("metadata", {})
-                    if meta.get("resourceVersion"):
-                        version = meta["resourceVersion"]
-                    if event.get("type") == "ERROR":
-                        raise ApiError(410, json.dumps(event), path)
-                    if event.get("type") != "BOOKMARK":
-                        yield event
+                with contextlib.closing(self.watch(path, version, timeout_seconds=3000)) as events:
+                    for event in events:
+                        if stop.is_set():
+                            return
+                        meta = event.get("object", {}).get("metadata", {})
+                        if meta.get("resourceVersion"):
+                            version = meta["resourceVersion"]
+                        if event.get("type") != "BOOKMARK":
+                            yield event
             except (OSError, http.client.HTTPException):
                 if stop.is_set():
                     return
                 time.sleep(0.2)
-            finally:
-                conn.close()
 
     def watch_in_thread(
         self, path: str, handler: Callable[[Obj], None], stop: threading.Event

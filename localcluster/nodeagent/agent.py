@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from . import dns, logserver, netns, preflight, spec
-from .kube import Kube, KubeError
+from .gpus import GPU, GpuPool
+from .kube import ApiError, Kube
 from .pod import PodRunner
+from .podhost import PodHost
 
 log = logging.getLogger("nodeagent")
 
@@ -25,7 +27,6 @@ Obj = dict[str, Any]
 NODE_KIND_LABEL = "horovod.ai/node-kind"
 NODE_KIND = "local"
 TAINT_KEY = "horovod.ai/local-node"
-GPU = "nvidia.com/gpu"
 HEARTBEAT_SECONDS = 10
 
 
@@ -47,7 +48,9 @@ def netns_prefix(state_dir: Path) -> str:
     return "hvna" + hashlib.sha1(str(state_dir.resolve()).encode()).hexdigest()[:6]
 
 
-class Agent:
+class Agent(PodHost):
+    """The node agent; what its pods' runners use of it is the PodHost protocol."""
+
     def __init__(self, opts: Options):
         self.opts = opts
         self.state = opts.state_dir.resolve()
@@ -77,7 +80,7 @@ class Agent:
         self.runners: dict[str, PodRunner] = {}
         self._lock = threading.Lock()
         self._created: list[str] = []
-        self._free_gpus = {n: list(range(opts.gpus)) for n in opts.nodes}
+        self.gpus = GpuPool(opts.nodes, opts.gpus)
         self._node_uids: dict[str, str] = {}
         self._started = spec.now()
         self._claimed = False
@@ -92,7 +95,7 @@ class Agent:
         preflight.check(self.prefix)
         binary = dns.build()
         self._claim_state_dir()
-        self.kube = Kube(str(self.opts.kubeconfig))
+        self.kube = Kube(self.opts.kubeconfig)
         url = urllib.parse.urlparse(self.kube.server)
         if url.hostname not in ("127.0.0.1", "localhost") or url.port is None:
             raise preflight.PreflightError(
@@ -135,20 +138,15 @@ class Agent:
             if r.reported_phase() in ("Succeeded", "Failed"):
                 continue
             with contextlib.suppress(Exception):
-                status = r.status()
-                status.update(
-                    phase="Failed",
-                    reason="NodeShutdown",
-                    message="the local node agent stopped; the pod's processes were killed",
+                r.fail(
+                    "NodeShutdown",
+                    "the local node agent stopped; the pod's processes were killed",
                 )
-                self.kube.patch_pod_status(r.namespace, r.pod_name, status)
         if hasattr(self, "kube"):
             for name in self.opts.nodes:
                 with contextlib.suppress(Exception):
-                    self.kube.delete(
-                        f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
-                    )
-                    self.kube.delete(f"/api/v1/nodes/{name}")
+                    self.kube.delete_node(name)
+            self.kube.close()
         if self.coredns is not None:
             self.coredns.stop()
         if self.forwarder is not None:
@@ -222,23 +220,6 @@ class Agent:
         )
         return (paths[-1], lambda: False) if paths else None
 
-    # ------------------------------------------------------------ GPUs
-
-    def allocate_gpus(self, runner: PodRunner) -> list[int]:
-        wanted = 0
-        for c in runner.pod["spec"]["containers"]:
-            limits = (c.get("resources") or {}).get("limits") or {}
-            wanted += int(str(limits.get(GPU, 0)))
-        with self._lock:
-            free = self._free_gpus[runner.node]
-            taken, self._free_gpus[runner.node] = free[:wanted], free[wanted:]
-        return taken
-
-    def release_gpus(self, runner: PodRunner) -> None:
-        with self._lock:
-            self._free_gpus[runner.node] = sorted(self._free_gpus[runner.node] + runner.gpus)
-            runner.gpus = []
-
     # ------------------------------------------------------------ nodes
 
     def _node(self, name: str) -> Obj:
@@ -305,11 +286,8 @@ class Agent:
         }
 
     def _register(self, name: str) -> None:
-        self.kube.apply_node(self._node(name))
+        self._node_uids[name] = self.kube.apply_node(self._node(name))
         self.kube.patch_node_status(name, self._node_status())
-        node = self.kube.get(f"/api/v1/nodes/{name}")
-        assert node is not None
-        self._node_uids[name] = node["metadata"]["uid"]
         self.kube.renew_lease(name, self._node_uids[name], _micro_now())
 
     def _heartbeat(self) -> None:
@@ -324,10 +302,15 @@ class Agent:
     # ------------------------------------------------------------ pods
 
     def _watch(self, node: str) -> None:
-        selector = {"fieldSelector": f"spec.nodeName={node}"}
+        """List the node's pods, then watch them from the list's version, until stopping.
+
+        A watch the server ended resumes from the last version seen (bookmarks carry
+        it); an ERROR event (410 Gone: too old) or any failure lists again, and a
+        runner whose pod is missing from the new list is told its pod is gone.
+        """
         while not self.stopping.is_set():
             try:
-                listed = self.kube.request("GET", "/api/v1/pods", query=selector)
+                listed = self.kube.list_pods(node)
                 seen = set()
                 for pod in listed["items"]:
                     seen.add(pod["metadata"]["uid"])
@@ -338,21 +321,14 @@ class Agent:
                     r.gone()
                 version = listed["metadata"]["resourceVersion"]
                 while not self.stopping.is_set():
-                    query = {
-                        **selector,
-                        "resourceVersion": version,
-                        "allowWatchBookmarks": "true",
-                        "timeoutSeconds": "300",
-                    }
-                    for event in self.kube.watch("/api/v1/pods", query):
-                        if event["type"] == "ERROR":
-                            raise KubeError(410, str(event["object"].get("message")))
-                        obj = event["object"]
-                        version = obj["metadata"]["resourceVersion"]
-                        if event["type"] != "BOOKMARK":
-                            self._handle(event["type"], obj)
-                        if self.stopping.is_set():
-                            return
+                    with contextlib.closing(self.kube.watch_pods(node, version)) as events:
+                        for event in events:
+                            obj = event["object"]
+                            version = obj["metadata"]["resourceVersion"]
+                            if event["type"] != "BOOKMARK":
+                                self._handle(event["type"], obj)
+                            if self.stopping.is_set():
+                                return
             except Exception as exc:
                 if self.stopping.is_set():
                     return
@@ -396,7 +372,7 @@ class Agent:
             meta["namespace"],
             meta["name"],
         )
-        with contextlib.suppress(KubeError):
+        with contextlib.suppress(ApiError):
             self.kube.patch_pod_status(
                 meta["namespace"],
                 meta["name"],

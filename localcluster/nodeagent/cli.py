@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import nodeagent as package
 from ..paths import REPO, WORK
 from . import agent as agent_mod
 from . import dns
@@ -179,7 +180,7 @@ def _build(_args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="nodeagent",
-        description=sys.modules["nodeagent"].__doc__,
+        description=package.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -229,8 +230,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
     handler = {
         "run": _run,
         "logs": _logs,

@@ -1,112 +1,74 @@
-"""The few API calls the agent makes, as plain JSON over the kubernetes client's transport."""
+"""The API calls the agent makes, as a kubelet makes them, over localcluster.kube.Client."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.watch.watch import iter_resp_lines
+from ..kube import ApiError, Client, with_query
+
+# What every call here raises when the API server refuses it (`status`: the HTTP code).
+__all__ = ["ApiError", "Kube"]
 
 Obj = dict[str, Any]
-
-
-class KubeError(RuntimeError):
-    def __init__(self, status: int, message: str):
-        super().__init__(f"{status}: {message}")
-        self.status = status
+USER_AGENT = "horovod-nodeagent"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+# The API server ends a pod watch after this long; the agent then watches on from
+# the last resourceVersion it saw.
+WATCH_SECONDS = 300
 
 
 class Kube:
-    def __init__(self, kubeconfig: str):
-        cfg = client.Configuration()
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        cfg.connection_pool_maxsize = 64
-        self.api = client.ApiClient(cfg)
-        self.server = cfg.host
+    def __init__(self, kubeconfig: str | Path):
+        self.client = Client(kubeconfig, user_agent=USER_AGENT)
+        self.server = self.client.server
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        body: Obj | None,
-        query: dict[str, str] | None,
-        content_type: str,
-        timeout: Any,
-    ) -> Any:
-        method, url, headers, payload, post = self.api.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list((query or {}).items()),
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        return self.api.call_api(method, url, headers, payload, post, _request_timeout=timeout)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Obj | None = None,
-        query: dict[str, str] | None = None,
-        content_type: str = "application/json",
-        timeout: float = 30,
-    ) -> Obj:
-        response = self._call(method, path, body, query, content_type, timeout)
-        raw = response.read()
-        data: Obj = json.loads(raw) if raw else {}
-        if not 200 <= response.status < 300:
-            raise KubeError(response.status, str(data.get("message") or raw[:300]))
-        return data
+    def close(self) -> None:
+        self.client.close()
 
     def get(self, path: str) -> Obj | None:
-        try:
-            return self.request("GET", path)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self.client.get(path)
 
-    def watch(self, path: str, query: dict[str, str]) -> Iterator[Obj]:
-        """Events of one watch request; returns when the server closes it."""
-        response = self._call(
-            "GET", path, None, {**query, "watch": "true"}, "application/json", (10, 330)
-        )
-        if response.status != 200:
-            raise KubeError(response.status, str(response.read()[:300]))
-        raw = response.response  # the urllib3 response, not read yet: a stream
-        try:
-            for line in iter_resp_lines(raw):
-                if line:
-                    yield json.loads(line)
-        finally:
-            raw.release_conn()
+    def delete(self, path: str) -> None:
+        """Delete `path`; one that is gone already is no error."""
+        self.client.delete(path)
 
     # -- pods
-    def pod_path(self, namespace: str, name: str) -> str:
+    @staticmethod
+    def pod_path(namespace: str, name: str) -> str:
         return f"/api/v1/namespaces/{namespace}/pods/{name}"
 
+    def list_pods(self, node: str) -> Obj:
+        """The pods bound to `node`: a PodList, whose resourceVersion a watch resumes from."""
+        return self.client.request("GET", with_query("/api/v1/pods", _bound_to(node)))[1]
+
+    def watch_pods(self, node: str, resource_version: str) -> Generator[Obj, None, None]:
+        """The events of one watch of the pods bound to `node`, bookmarks included.
+
+        Returns when the server ends the watch; raises ApiError on an ERROR event
+        (410 Gone: list again) and OSError/HTTPException on a broken connection.
+        """
+        return self.client.watch(
+            "/api/v1/pods",
+            resource_version,
+            query=_bound_to(node),
+            timeout_seconds=WATCH_SECONDS,
+        )
+
     def patch_pod_status(self, namespace: str, name: str, status: Obj) -> None:
-        self.request(
-            "PATCH",
-            self.pod_path(namespace, name) + "/status",
-            {"status": status},
-            content_type="application/strategic-merge-patch+json",
+        self.client.strategic_merge_patch(
+            self.pod_path(namespace, name) + "/status", {"status": status}
         )
 
     def delete_pod_now(self, namespace: str, name: str, uid: str) -> None:
         """The kubelet's final delete: grace 0, and only this very pod (uid precondition)."""
-        try:
-            self.request(
-                "DELETE",
-                self.pod_path(namespace, name),
-                {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
-            )
-        except KubeError as exc:
-            if exc.status not in (404, 409):
-                raise
+        self.client.request(
+            "DELETE",
+            self.pod_path(namespace, name),
+            {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}},
+            ok=(404, 409),
+        )
 
     def object_data(self, kind: str, namespace: str, name: str) -> Obj | None:
         plural = {"secretRef": "secrets", "configMapRef": "configmaps"}[kind]
@@ -130,39 +92,33 @@ class Kube:
         }
         if audience:
             body["spec"]["audiences"] = [audience]
-        out = self.request(
+        out = self.client.request(
             "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token", body
-        )
+        )[1]
         return str(out["status"]["token"])
 
     # -- nodes and leases
-    def apply_node(self, node: Obj) -> None:
+    def apply_node(self, node: Obj) -> str:
+        """Create or update the Node; returns its uid (the owner of its Lease)."""
         name = node["metadata"]["name"]
         if self.get(f"/api/v1/nodes/{name}") is None:
-            self.request("POST", "/api/v1/nodes", node)
+            created = self.client.request("POST", "/api/v1/nodes", node)[1]
         else:
-            self.request(
-                "PATCH",
-                f"/api/v1/nodes/{name}",
-                {"metadata": node["metadata"], "spec": node["spec"]},
-                content_type="application/merge-patch+json",
+            created = self.client.merge_patch(
+                f"/api/v1/nodes/{name}", {"metadata": node["metadata"], "spec": node["spec"]}
             )
+        return str(created["metadata"]["uid"])
 
     def patch_node_status(self, name: str, status: Obj) -> None:
-        self.request(
-            "PATCH",
-            f"/api/v1/nodes/{name}/status",
-            {"status": status},
-            content_type="application/strategic-merge-patch+json",
-        )
+        self.client.strategic_merge_patch(f"/api/v1/nodes/{name}/status", {"status": status})
 
     def renew_lease(self, node: str, uid: str, renew_time: str) -> None:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}"
+        path = f"{LEASES}/{node}"
         spec = {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": renew_time}
         if self.get(path) is None:
-            self.request(
+            self.client.request(
                 "POST",
-                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                LEASES,
                 {
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
@@ -177,11 +133,13 @@ class Kube:
                 },
             )
         else:
-            self.request("PATCH", path, {"spec": spec}, content_type="application/merge-patch+json")
+            self.client.merge_patch(path, {"spec": spec})
 
-    def delete(self, path: str) -> None:
-        try:
-            self.request("DELETE", path)
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
+    def delete_node(self, name: str) -> None:
+        """The node's Lease, then the Node."""
+        self.delete(f"{LEASES}/{name}")
+        self.delete(f"/api/v1/nodes/{name}")
+
+
+def _bound_to(node: str) -> dict[str, str]:
+    return {"fieldSelector": f"spec.nodeName={node}"}

@@ -6,9 +6,9 @@
 
 No namespace has a default route, so nothing a pod sends can leave the machine.
 The agent reaches into namespaces with setns(2) on a short-lived thread (a
-socket keeps the namespace it was created in), which is how it probes pods and
-how CoreDNS, in the infra namespace, reaches the API server on the host's
-loopback through a forwarder (see ApiForwarder).
+socket keeps the namespace it was created in), which is how it probes pods
+(probes.py) and how CoreDNS, in the infra namespace, reaches the API server on
+the host's loopback through a forwarder (see ApiForwarder).
 """
 
 from __future__ import annotations
@@ -102,28 +102,6 @@ def run_in_netns(name: str, fn: Callable[[], T]) -> T:
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
     return result["value"]  # type: ignore[return-value]
-
-
-def tcp_probe(netns: str, host: str, port: int, timeout: float) -> bool:
-    """Can a TCP connection to host:port be opened from inside the namespace?"""
-    sock = run_in_netns(netns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-    with sock:
-        sock.settimeout(timeout)
-        return sock.connect_ex((host, port)) == 0
-
-
-def http_probe(netns: str, host: str, port: int, path: str, timeout: float) -> bool:
-    """An httpGet probe: any status from 200 to 399 is success."""
-    sock = run_in_netns(netns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-    with sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect((host, port))
-            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
-            head = sock.recv(64).decode(errors="replace").split()
-        except OSError:
-            return False
-    return len(head) > 1 and head[1].isdigit() and 200 <= int(head[1]) < 400
 
 
 class Network:

@@ -1,4 +1,11 @@
-"""One pod, from binding to deletion: what a kubelet's pod worker does, in one thread."""
+"""One pod, from binding to deletion: what a kubelet's pod worker does, in one thread.
+
+The runner sets up the pod's sandbox (network namespace, /etc files, volumes,
+environments), starts its init containers one after another and then its
+containers, restarts them by the restart policy, probes them, reports the
+pod's status, and stops everything when the pod is deleted. What it needs from
+the agent is a PodHost (podhost.py).
+"""
 
 from __future__ import annotations
 
@@ -13,14 +20,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import netns, spec
-from .kube import KubeError
-from .spec import NODE_IP, ContainerState, Obj
-
-if TYPE_CHECKING:
-    from .agent import Agent
+from . import netns, probes, spec
+from .kube import ApiError
+from .mounts import container_mounts, write_etc
+from .podhost import PodHost
+from .probes import Probe
+from .spec import HOME, NODE_IP, ContainerState, Obj
+from .status import StatusReporter
+from .volumes import write_volumes
 
 log = logging.getLogger("nodeagent.pod")
 
@@ -29,34 +38,12 @@ TICK = 0.2
 # Restart back-off: the kubelet's starts at 10s and doubles to 5 minutes; a local
 # test run wants failures retried sooner.
 BACKOFF_START, BACKOFF_MAX = 1.0, 20.0
-# Containers run as root, with the host's root HOME.
-HOME = "/root"
-SHELL_RC_FILES = (f"{HOME}/.bashrc", f"{HOME}/.profile", f"{HOME}/.bash_profile")
-# Directories that are private to each pod: (name under the pod's dir, path, mode).
-PRIVATE_DIRS = (("ssh", f"{HOME}/.ssh", 0o700), ("tmp", "/tmp", 0o1777))
 # How long a pod may wait for a missing Secret/ConfigMap before it fails.
 VOLUME_RETRY_SECONDS = 120
 
 
 class PodGone(Exception):
     """The pod left the API server (or the agent is stopping): stop at once."""
-
-
-@dataclass
-class Probe:
-    """A readiness or liveness probe of one container and its counters."""
-
-    spec: Obj
-    next_at: float = 0.0
-    successes: int = 0
-    failures: int = 0
-    ok: bool = False
-
-    def period(self) -> float:
-        return float(self.spec.get("periodSeconds", 10))
-
-    def timeout(self) -> float:
-        return float(self.spec.get("timeoutSeconds", 1))
 
 
 @dataclass
@@ -73,26 +60,24 @@ class Container:
 
 
 class PodRunner(threading.Thread):
-    def __init__(self, agent: Agent, pod: Obj):
+    def __init__(self, host: PodHost, pod: Obj):
         meta = pod["metadata"]
         super().__init__(name=f"pod-{meta['namespace']}/{meta['name']}", daemon=True)
-        self.agent = agent
+        self.host = host
         self.pod = pod
         self.uid: str = meta["uid"]
         self.namespace: str = meta["namespace"]
         self.pod_name: str = meta["name"]
         self.node: str = pod["spec"]["nodeName"]
         self.restart_policy: str = pod["spec"].get("restartPolicy", "Always")
-        self.dir = agent.pods_dir / self.uid
-        self.log_dir = agent.logs_dir / f"{self.namespace}_{self.pod_name}_{self.uid}"
+        self.dir: Path = host.pods_dir / self.uid
+        self.log_dir = host.logs_dir / f"{self.namespace}_{self.pod_name}_{self.uid}"
         self._lock = threading.Lock()
         self._gone = threading.Event()
         self.netns: str | None = None
         self.ip = ""
-        self.start_time = spec.now()
         self.gpus: list[int] = []
-        self._conditions: dict[str, tuple[bool, str]] = {}
-        self._sent: Obj | None = None
+        self._status = StatusReporter(host.kube, self.namespace, self.pod_name, self.host_ip)
         self.init_done = False
         self.init_failed = False
         self.finished = threading.Event()
@@ -115,7 +100,8 @@ class PodRunner(threading.Thread):
 
     def reported_phase(self) -> str | None:
         """The phase the API server last accepted from this runner."""
-        return str(self._sent["phase"]) if self._sent else None
+        sent = self._status.sent
+        return str(sent["phase"]) if sent else None
 
     def deletion_grace(self) -> float | None:
         with self._lock:
@@ -123,6 +109,21 @@ class PodRunner(threading.Thread):
         if not meta.get("deletionTimestamp"):
             return None
         return float(meta.get("deletionGracePeriodSeconds") or 0)
+
+    def status(self) -> Obj:
+        """The pod's status now (conditions remember when they changed)."""
+        return self._status.build(
+            restart_policy=self.restart_policy,
+            init_done=self.init_done,
+            init_failed=self.init_failed,
+            inits=[c.state for c in self.containers if c.init],
+            mains=[c.state for c in self.containers if not c.init],
+            pod_ip=self.ip,
+        )
+
+    def fail(self, reason: str, message: str) -> None:
+        """Report the pod Failed with `reason` and `message` (raises when that fails)."""
+        self._status.send_failed(self.status(), reason, message)
 
     # ------------------------------------------------------------ the pod's life
 
@@ -134,7 +135,7 @@ class PodRunner(threading.Thread):
         except Exception:
             log.exception("%s/%s: pod worker failed", self.namespace, self.pod_name)
             with contextlib.suppress(Exception):
-                self._fail_pod("NodeAgentError", "the node agent failed; see its log")
+                self.fail("NodeAgentError", "the node agent failed; see its log")
         finally:
             self._teardown()
             self.finished.set()
@@ -162,13 +163,13 @@ class PodRunner(threading.Thread):
                 return
             self._tick(mains)
             phase = self._report()
-            if phase in ("Succeeded", "Failed") and self._sent is not None:
+            if phase in ("Succeeded", "Failed") and self._status.sent is not None:
                 log.info("%s/%s: %s", self.namespace, self.pod_name, phase)
                 return
             self._sleep(TICK)
 
     def _sleep(self, seconds: float) -> None:
-        if self._gone.wait(seconds) or self.agent.stopping.is_set():
+        if self._gone.wait(seconds) or self.host.stopping.is_set():
             raise PodGone
 
     def _run_init(self, container: Container) -> bool:
@@ -226,24 +227,18 @@ class PodRunner(threading.Thread):
     # ------------------------------------------------------------ sandbox
 
     def _sandbox(self) -> None:
-        self.netns, self.ip = self.agent.network.add_pod()
+        self.netns, self.ip = self.host.network.add_pod()
         self._write_info()
-        etc = self.dir / "etc"
-        etc.mkdir(parents=True, exist_ok=True)
-        (etc / "hosts").write_text(spec.hosts_file(self.pod, self.ip))
-        (etc / "resolv.conf").write_text(
-            spec.resolv_conf(self.namespace, self.agent.network.gateway)
-        )
-        (etc / "hostname").write_text(spec.pod_hostname(self.pod) + "\n")
+        write_etc(self.dir, self.pod, self.ip, self.host.network.gateway)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.gpus = self.agent.allocate_gpus(self)
+        self.gpus = self.host.gpus.take(self.node, self.pod)
         deadline = time.monotonic() + VOLUME_RETRY_SECONDS
         while True:
             try:
-                self._volumes()
+                write_volumes(self.dir / "volumes", self.pod, self.host.kube, self.ip, self.host_ip)
                 self._environments()
                 return
-            except (ValueError, KeyError, StopIteration, KubeError) as exc:
+            except (ValueError, KeyError, StopIteration, ApiError) as exc:
                 if time.monotonic() > deadline:
                     raise
                 if self.deletion_grace() is not None:
@@ -254,137 +249,22 @@ class PodRunner(threading.Thread):
                 self._report()
                 self._sleep(2)
 
-    def _volumes(self) -> None:
-        root = self.dir / "volumes"
-        for volume in self.pod["spec"].get("volumes") or []:
-            target = root / volume["name"]
-            if "hostPath" in volume:
-                continue
-            target.mkdir(parents=True, exist_ok=True)
-            files: list[spec.VolumeFile] = []
-            if "secret" in volume:
-                src = volume["secret"]
-                obj = self.agent.kube.object_data("secretRef", self.namespace, src["secretName"])
-                files = spec.secret_files(obj, src)
-            elif "configMap" in volume:
-                src = volume["configMap"]
-                obj = self.agent.kube.object_data("configMapRef", self.namespace, src["name"])
-                files = spec.config_map_files(obj, src)
-            elif "downwardAPI" in volume:
-                files = spec.downward_files(self.pod, volume["downwardAPI"], self.ip, self.host_ip)
-            elif "projected" in volume:
-                files = self._projected(volume["projected"])
-            elif "emptyDir" in volume:
-                target.chmod(0o777)
-            else:
-                kinds = sorted(set(volume) - {"name"})
-                raise ValueError(f"volume {volume['name']!r}: {kinds} is not supported")
-            for f in files:
-                path = target / f.path
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(f.content)
-                path.chmod(f.mode)
-
-    def _projected(self, projected: Obj) -> list[spec.VolumeFile]:
-        default_mode = projected.get("defaultMode", spec.DEFAULT_FILE_MODE)
-        files: list[spec.VolumeFile] = []
-        kube = self.agent.kube
-        for source in projected.get("sources") or []:
-            if "secret" in source:
-                src = {
-                    "defaultMode": default_mode,
-                    **source["secret"],
-                    "secretName": source["secret"]["name"],
-                }
-                obj = kube.object_data("secretRef", self.namespace, src["name"])
-                files += spec.secret_files(obj, src)
-            elif "configMap" in source:
-                src = {"defaultMode": default_mode, **source["configMap"]}
-                obj = kube.object_data("configMapRef", self.namespace, src["name"])
-                files += spec.config_map_files(obj, src)
-            elif "downwardAPI" in source:
-                src = {"defaultMode": default_mode, **source["downwardAPI"]}
-                files += spec.downward_files(self.pod, src, self.ip, self.host_ip)
-            elif "serviceAccountToken" in source:
-                src = source["serviceAccountToken"]
-                token = kube.service_account_token(
-                    self.namespace,
-                    self.pod["spec"].get("serviceAccountName") or "default",
-                    self.pod,
-                    src.get("audience"),
-                    int(src.get("expirationSeconds", 3600)),
-                )
-                files.append(spec.VolumeFile(src["path"], token.encode(), default_mode))
-        return files
-
-    def _mounts(self, container: Obj) -> list[Obj]:
-        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
-        etc = self.dir / "etc"
-        mounts = [
-            {"source": str(etc / name), "target": f"/etc/{name}", "readOnly": False}
-            for name in ("hosts", "resolv.conf", "hostname")
-        ]
-        # A container has a file system of its own; here the host's stands in, so at
-        # least ~/.ssh and /tmp are the pod's own: sshd's keys and configs, ssh's
-        # known_hosts and temporary files never touch the host's or another pod's.
-        # (Not all of HOME: the host's Python may live there, e.g. ~/.pyenv.)
-        for name, target, mode in PRIVATE_DIRS:
-            if any(path.is_relative_to(target) for path in self.agent.shared_paths):
-                # e.g. a checkout under /tmp: a private /tmp would hide the venv.
-                continue
-            private = self.dir / name
-            private.mkdir(exist_ok=True)
-            private.chmod(mode)
-            if target != "/tmp":
-                self.agent.ensure_mountpoint(Path(target), is_dir=True)
-            mounts.append({"source": str(private), "target": target, "readOnly": False})
-        # The host's shell start-up files are not the image's: one that puts another
-        # Python first on PATH (pyenv shims) would break every rank started over ssh.
-        for rc in SHELL_RC_FILES:
-            if Path(rc).exists():
-                blank = etc / "shell-rc"
-                blank.write_text("# the node agent hides the host's shell start-up files\n")
-                mounts.append({"source": str(blank), "target": rc, "readOnly": True})
-        message_file = self.dir / f"{container['name']}.termination-log"
-        message_file.touch()
-        message_path = container.get("terminationMessagePath") or "/dev/termination-log"
-        self.agent.ensure_mountpoint(Path(message_path), is_dir=False)
-        mounts.append({"source": str(message_file), "target": message_path, "readOnly": False})
-        for m in container.get("volumeMounts") or []:
-            volume = volumes[m["name"]]
-            if "hostPath" in volume:
-                source = Path(volume["hostPath"]["path"])
-            else:
-                source = self.dir / "volumes" / m["name"]
-            if m.get("subPath"):
-                source = source / m["subPath"]
-                if not source.exists():
-                    source.mkdir(parents=True)
-            target = m["mountPath"]
-            if not any(target.startswith(f"{p}/") for _, p, _ in PRIVATE_DIRS):
-                # Under the private directories podinit makes the mount point itself.
-                self.agent.ensure_mountpoint(Path(target), is_dir=source.is_dir())
-            mounts.append(
-                {"source": str(source), "target": target, "readOnly": bool(m.get("readOnly"))}
-            )
-        return mounts
-
     @property
     def host_ip(self) -> str:
         return NODE_IP
 
     def _environments(self) -> None:
         base = {
-            "PATH": self.agent.path,
+            "PATH": self.host.path,
             "HOME": HOME,
             "HOSTNAME": spec.pod_hostname(self.pod),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
         }
-        if self.gpus and self.agent.host_has_gpus:
+        if self.gpus and self.host.host_has_gpus:
             base["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
 
         def lookup(kind: str, name: str) -> dict[str, str] | None:
-            obj = self.agent.kube.object_data(kind, self.namespace, name)
+            obj = self.host.kube.object_data(kind, self.namespace, name)
             if obj is None:
                 return None
             data = spec.secret_data(obj) if kind == "secretRef" else spec.config_map_data(obj)
@@ -396,7 +276,7 @@ class PodRunner(threading.Thread):
                 c.spec,
                 pod_ip=self.ip,
                 host_ip=self.host_ip,
-                node_allocatable=self.agent.allocatable,
+                node_allocatable=self.host.allocatable,
                 lookup=lookup,
                 base=base,
             )
@@ -420,7 +300,7 @@ class PodRunner(threading.Thread):
             argv = spec.command_line(c.spec, c.env)
             launch = {
                 "hostname": spec.pod_hostname(self.pod),
-                "mounts": self._mounts(c.spec),
+                "mounts": container_mounts(self.dir, self.pod, c.spec, self.host),
                 "workingDir": c.spec.get("workingDir"),
                 "argv": argv,
                 "env": c.env,
@@ -464,9 +344,7 @@ class PodRunner(threading.Thread):
         s.container_id = f"nodeagent://{self.uid[:8]}-{name}-{s.restart_count}-{c.proc.pid}"
         for probe in (c.readiness, c.liveness):
             if probe is not None:
-                probe.successes = probe.failures = 0
-                probe.ok = False
-                probe.next_at = time.monotonic() + float(probe.spec.get("initialDelaySeconds", 0))
+                probe.restart(time.monotonic())
         self._write_info()
         log.info(
             "%s/%s: started %s (pid %d): %s",
@@ -502,75 +380,28 @@ class PodRunner(threading.Thread):
         return ""
 
     def _probe(self, c: Container, now: float) -> None:
-        for probe, readiness in ((c.readiness, True), (c.liveness, False)):
-            if probe is None or now < probe.next_at:
+        for probe in (c.readiness, c.liveness):
+            if probe is None or not probe.due(now):
                 continue
             probe.next_at = now + probe.period()
-            ok = self._run_probe(c, probe)
-            if ok:
-                probe.successes, probe.failures = probe.successes + 1, 0
-                if probe.successes >= int(probe.spec.get("successThreshold", 1)):
-                    probe.ok = True
-            else:
-                probe.failures, probe.successes = probe.failures + 1, 0
-                if probe.failures >= int(probe.spec.get("failureThreshold", 3)):
-                    probe.ok = False
-                    if not readiness and c.proc is not None:
-                        log.info(
-                            "%s/%s: %s failed its liveness probe; killing it",
-                            self.namespace,
-                            self.pod_name,
-                            c.state.name,
-                        )
-                        self._signal(c, signal.SIGKILL)
+            assert self.netns is not None and c.proc is not None
+            success = probes.run(
+                probe,
+                netns=self.netns,
+                pod_ip=self.ip,
+                container=c.spec,
+                pid=c.proc.pid,
+                env=c.env,
+            )
+            if probe.record(success) and probe is c.liveness and c.proc is not None:
+                log.info(
+                    "%s/%s: %s failed its liveness probe; killing it",
+                    self.namespace,
+                    self.pod_name,
+                    c.state.name,
+                )
+                self._signal(c, signal.SIGKILL)
         c.state.ready = c.proc is not None and (c.readiness is None or c.readiness.ok)
-
-    def _run_probe(self, c: Container, probe: Probe) -> bool:
-        assert self.netns is not None and c.proc is not None
-        handler = probe.spec
-        try:
-            if "tcpSocket" in handler:
-                port = self._port(c, handler["tcpSocket"]["port"])
-                host = handler["tcpSocket"].get("host") or self.ip
-                return netns.tcp_probe(self.netns, host, port, probe.timeout())
-            if "httpGet" in handler:
-                h = handler["httpGet"]
-                return netns.http_probe(
-                    self.netns,
-                    h.get("host") or self.ip,
-                    self._port(c, h["port"]),
-                    h.get("path", "/"),
-                    probe.timeout(),
-                )
-            if "exec" in handler:
-                proc = subprocess.run(
-                    [
-                        "nsenter",
-                        "-t",
-                        str(c.proc.pid),
-                        "-n",
-                        "-m",
-                        "-u",
-                        "--",
-                        *handler["exec"]["command"],
-                    ],
-                    env=c.env,
-                    capture_output=True,
-                    timeout=probe.timeout(),
-                )
-                return proc.returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return True
-
-    @staticmethod
-    def _port(c: Container, port: int | str) -> int:
-        if isinstance(port, int) or str(port).isdigit():
-            return int(port)
-        for p in c.spec.get("ports") or []:
-            if p.get("name") == port:
-                return int(p["containerPort"])
-        raise ValueError(f"no container port named {port!r}")
 
     def _signal(self, c: Container, sig: int) -> None:
         if c.proc is not None:
@@ -595,10 +426,10 @@ class PodRunner(threading.Thread):
                 self._reap(c)
 
     def _final_delete(self) -> None:
-        with contextlib.suppress(KubeError):
+        with contextlib.suppress(ApiError):
             self._report()
         self._teardown()
-        self.agent.kube.delete_pod_now(self.namespace, self.pod_name, self.uid)
+        self.host.kube.delete_pod_now(self.namespace, self.pod_name, self.uid)
         log.info("%s/%s: deleted", self.namespace, self.pod_name)
 
     def _teardown(self) -> None:
@@ -607,85 +438,24 @@ class PodRunner(threading.Thread):
                 self._signal(c, signal.SIGKILL)
         if self.netns:
             netns.delete_netns(self.netns)
-            self.agent.network.remove_pod(self.netns, self.ip)
+            self.host.network.remove_pod(self.netns, self.ip)
             self.netns = None
         for c in self.containers:
             if c.proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     c.proc.wait(timeout=5)
-        self.agent.release_gpus(self)
+        self.host.gpus.give_back(self.node, self.gpus)
+        self.gpus = []
         self._write_info()
 
     # ------------------------------------------------------------ status
 
-    def _phase(self) -> str:
-        mains = [c.state for c in self.containers if not c.init]
-        return spec.pod_phase(self.restart_policy, self.init_done, self.init_failed, mains)
-
-    def status(self) -> Obj:
-        phase = self._phase()
-        mains = [c for c in self.containers if not c.init]
-        ready = phase == "Running" and all(c.state.ready for c in mains)
-        initialized = self.init_done or not any(c.init for c in self.containers)
-        conditions = {
-            "PodReadyToStartContainers": bool(self.ip),
-            "Initialized": initialized,
-            "ContainersReady": ready,
-            "Ready": ready,
-            "PodScheduled": True,
-        }
-        out: list[Obj] = []
-        for kind, ok in conditions.items():
-            prev = self._conditions.get(kind)
-            if prev is None or prev[0] != ok:
-                self._conditions[kind] = (ok, spec.now())
-            reason = None
-            if not ok:
-                reason = (
-                    "PodCompleted"
-                    if phase in ("Succeeded", "Failed")
-                    else (
-                        "ContainersNotInitialized"
-                        if kind == "Initialized"
-                        else "ContainersNotReady"
-                    )
-                )
-            out.append(spec.condition(kind, ok, reason, self._conditions[kind][1]))
-        status: Obj = {
-            "phase": phase,
-            "conditions": out,
-            "hostIP": self.host_ip,
-            "hostIPs": [{"ip": self.host_ip}],
-            "startTime": self.start_time,
-            "containerStatuses": [c.state.to_status() for c in mains],
-        }
-        if self.ip:
-            status["podIP"] = self.ip
-            status["podIPs"] = [{"ip": self.ip}]
-        inits = [c.state.to_status() for c in self.containers if c.init]
-        if inits:
-            status["initContainerStatuses"] = inits
-        return status
-
     def _report(self) -> str:
+        """Send the status if it changed; returns its phase. PodGone when the pod is gone."""
         status = self.status()
-        if status != self._sent:
-            self._sent = None
-            try:
-                self.agent.kube.patch_pod_status(self.namespace, self.pod_name, status)
-                self._sent = status
-            except KubeError as exc:
-                if exc.status == 404:
-                    raise PodGone from None
-                log.warning("%s/%s: status update failed: %s", self.namespace, self.pod_name, exc)
-            except Exception as exc:  # the API server unreachable for a moment: next tick
-                log.warning("%s/%s: status update failed: %s", self.namespace, self.pod_name, exc)
+        if not self._status.send(status):
+            raise PodGone
         return str(status["phase"])
-
-    def _fail_pod(self, reason: str, message: str) -> None:
-        status = self.status()
-        status.update({"phase": "Failed", "reason": reason, "message": message})
-        self.agent.kube.patch_pod_status(self.namespace, self.pod_name, status)
 
     def _write_info(self) -> None:
         """What `nodeagent ps` and `nodeagent exec` read."""

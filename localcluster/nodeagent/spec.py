@@ -20,6 +20,8 @@ CLUSTER_DOMAIN = "cluster.local"
 # Every node's (and so every pod's host) address: where the API server finds the log endpoint.
 NODE_IP = "127.0.0.1"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Containers run as root, with the host's root HOME.
+HOME = "/root"
 # A Secret or ConfigMap file's mode when neither defaultMode nor the item's mode is set.
 DEFAULT_FILE_MODE = 0o644
 
@@ -167,12 +169,12 @@ def container_env(
             ):
                 ref = source.get(kind)
                 if ref:
-                    value = (lookup(ref_key, ref["name"]) or {}).get(ref["key"])
-                    if value is None:
+                    found = (lookup(ref_key, ref["name"]) or {}).get(ref["key"])
+                    if found is None:
                         if not ref.get("optional"):
                             raise ValueError(f"{kind} {ref['name']}/{ref['key']} not found")
                     else:
-                        env[name] = value
+                        env[name] = found
     return env
 
 

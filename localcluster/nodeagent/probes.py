@@ -1,0 +1,121 @@
+"""Readiness and liveness probes: when each is due, its counters, and its handler run in the pod.
+
+tcpSocket and httpGet connect from inside the pod's network namespace (a
+socket made there keeps it); exec runs the command in the container's
+namespaces with nsenter.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .netns import run_in_netns
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Probe:
+    """A readiness or liveness probe of one container and its counters."""
+
+    spec: Obj
+    next_at: float = 0.0
+    successes: int = 0
+    failures: int = 0
+    ok: bool = False
+
+    def period(self) -> float:
+        return float(self.spec.get("periodSeconds", 10))
+
+    def timeout(self) -> float:
+        return float(self.spec.get("timeoutSeconds", 1))
+
+    def restart(self, now: float) -> None:
+        """The container (re)started: not ok, first run after initialDelaySeconds."""
+        self.successes = self.failures = 0
+        self.ok = False
+        self.next_at = now + float(self.spec.get("initialDelaySeconds", 0))
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def record(self, success: bool) -> bool:
+        """Count one result; True when it makes the probe fail (failureThreshold reached)."""
+        if success:
+            self.successes, self.failures = self.successes + 1, 0
+            if self.successes >= int(self.spec.get("successThreshold", 1)):
+                self.ok = True
+            return False
+        self.failures, self.successes = self.failures + 1, 0
+        if self.failures >= int(self.spec.get("failureThreshold", 3)):
+            self.ok = False
+            return True
+        return False
+
+
+def run(
+    probe: Probe, *, netns: str, pod_ip: str, container: Obj, pid: int, env: Mapping[str, str]
+) -> bool:
+    """Run the probe's handler once against the container (main process `pid`)."""
+    handler = probe.spec
+    try:
+        if "tcpSocket" in handler:
+            port = container_port(container, handler["tcpSocket"]["port"])
+            host = handler["tcpSocket"].get("host") or pod_ip
+            return tcp_probe(netns, host, port, probe.timeout())
+        if "httpGet" in handler:
+            h = handler["httpGet"]
+            return http_probe(
+                netns,
+                h.get("host") or pod_ip,
+                container_port(container, h["port"]),
+                h.get("path", "/"),
+                probe.timeout(),
+            )
+        if "exec" in handler:
+            proc = subprocess.run(
+                ["nsenter", "-t", str(pid), "-n", "-m", "-u", "--", *handler["exec"]["command"]],
+                env=env,
+                capture_output=True,
+                timeout=probe.timeout(),
+            )
+            return proc.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return True
+
+
+def container_port(container: Obj, port: int | str) -> int:
+    """A probe's port: a number, or the name of one of the container's ports."""
+    if isinstance(port, int) or str(port).isdigit():
+        return int(port)
+    for p in container.get("ports") or []:
+        if p.get("name") == port:
+            return int(p["containerPort"])
+    raise ValueError(f"no container port named {port!r}")
+
+
+def tcp_probe(netns: str, host: str, port: int, timeout: float) -> bool:
+    """Can a TCP connection to host:port be opened from inside the namespace?"""
+    sock = run_in_netns(netns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    with sock:
+        sock.settimeout(timeout)
+        return sock.connect_ex((host, port)) == 0
+
+
+def http_probe(netns: str, host: str, port: int, path: str, timeout: float) -> bool:
+    """An httpGet probe: any status from 200 to 399 is success."""
+    sock = run_in_netns(netns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    with sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect((host, port))
+            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            head = sock.recv(64).decode(errors="replace").split()
+        except OSError:
+            return False
+    return len(head) > 1 and head[1].isdigit() and 200 <= int(head[1]) < 400
