@@ -1,5 +1,5 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-quick
+.PHONY: images soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-quick
 
 
 demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
@@ -21,6 +21,10 @@ test-unit: ## pure tests, no cluster (tests mirror the code: tests/operator, tes
 test-integration:  ## against the local control plane (tests/*/integration)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/pytest -ra -m integration
+
+images:  ## the operator image horovod-operator:<version>; starts a Docker engine if none answers (hack/images.sh --help)
+	hack/images.sh engine
+	hack/images.sh operator
 
 lint:  ## ruff and mypy (strict for the operator, the contract and the tooling)
 	SKIP_WORKER=1 hack/bootstrap.sh

@@ -23,6 +23,34 @@ if ((${#need_pkgs[@]})); then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 
+# The image tools: hack/images.sh starts its own dockerd (docker.io) and makes the
+# base images it cannot pull (mmdebstrap). Root only: without them the image tests
+# skip (and fail under CI=1). The packages must not start their services here
+# (hack/images.sh starts the daemon it uses), so a policy-rc.d that refuses every
+# start stands in for the install when the machine has none.
+image_pkgs=()
+for pair in dockerd:docker.io mmdebstrap:mmdebstrap; do
+  cmd="${pair%%:*}"; pkg="${pair#*:}"
+  command -v "$cmd" >/dev/null 2>&1 || [[ -x "/usr/sbin/$cmd" ]] || image_pkgs+=("$pkg")
+done
+if ((${#image_pkgs[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    say "not installing ${image_pkgs[*]} (needs root); the image tests will skip. Fix: sudo apt-get install -y ${image_pkgs[*]}"
+  else
+    say "installing the image tools: ${image_pkgs[*]}"
+    made_policy=0
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+      printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+      made_policy=1
+    fi
+    rc=0
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${image_pkgs[@]}" >/dev/null; } || rc=$?
+    if ((made_policy)); then rm -f /usr/sbin/policy-rc.d; fi
+    ((rc == 0)) || { say "apt-get install ${image_pkgs[*]} failed (exit $rc)"; exit "$rc"; }
+  fi
+fi
+
 if ! command -v go >/dev/null 2>&1; then
   say "Go is not installed. Fix: install Go 1.26 or newer (https://go.dev/doc/install)."
   exit 1

@@ -42,9 +42,12 @@ def test_install_operator_script_installs_only_the_operator(tmp_path: Path) -> N
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
+    # Only the venv counts: a PYTHONPATH of the caller (a checkout's packages) would
+    # make the worker importable there.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     subprocess.run(
         [str(src / "hack" / "install-operator.sh"), str(src)],
-        env={**os.environ, "PIP": str(env_dir / "bin" / "pip")},
+        env={**env, "PIP": str(env_dir / "bin" / "pip")},
         check=True,
         capture_output=True,
         timeout=600,
@@ -55,10 +58,15 @@ def test_install_operator_script_installs_only_the_operator(tmp_path: Path) -> N
         text=True,
         check=True,
         timeout=60,
+        env=env,
     ).stdout
     assert "--namespace" in help_text
     worker = subprocess.run(
-        [str(python), "-c", "import horovod_worker"], capture_output=True, text=True, timeout=60
+        [str(python), "-c", "import horovod_worker"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert worker.returncode != 0 and "No module named 'horovod_worker'" in worker.stderr
     installed = subprocess.run(
@@ -66,6 +74,7 @@ def test_install_operator_script_installs_only_the_operator(tmp_path: Path) -> N
         capture_output=True,
         text=True,
         check=True,
+        env=env,
     ).stdout.lower()
     for heavy in ("torch==", "tensorflow", "horovod==", "scikit-learn"):
         assert heavy not in installed, f"{heavy} must not be in the operator image"

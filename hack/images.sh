@@ -1,0 +1,349 @@
+#!/usr/bin/env bash
+# Container images, with nothing but this script: a Docker engine, the base
+# images the Dockerfiles name, and the operator image. No registry has to be
+# reachable: a base image that can be neither found nor pulled is made here
+# from Debian packages (mmdebstrap), and pip reaches PyPI through the host's CA
+# bundle, handed to the build as an optional BuildKit secret.
+#
+#   hack/images.sh engine        install Debian's docker.io when dockerd is absent (root),
+#                                then start dockerd in the background when no daemon answers
+#   hack/images.sh engine-stop   stop the dockerd that `engine` started (by its pid), nothing else
+#   hack/images.sh status        exit 0 when a Docker daemon answers (and say whether `engine`
+#                                started it), 1 when none does
+#   hack/images.sh bases [DOCKERFILE...]
+#                                every FROM image of the Dockerfiles [Dockerfile.*] that is
+#                                neither present nor pullable, made locally (Debian bookworm)
+#   hack/images.sh froms [DOCKERFILE...]
+#                                the base images those Dockerfiles name (ARG defaults applied)
+#   hack/images.sh operator      the bases of Dockerfile.operator, then horovod-operator:<version>
+#   hack/images.sh version       the version images are tagged with (pyproject.toml)
+#   hack/images.sh cli           the docker CLI this script uses (one that builds with BuildKit)
+#
+# Environment:
+#   IMAGES_STATE_DIR   the started dockerd's data-root, exec-root, pidfile and log
+#                      [~/.cache/horovod-operator/docker]
+#   IMAGES_CA_BUNDLE   CA bundle handed to builds as the secret "ca"
+#                      [/etc/ssl/certs/ca-certificates.crt when readable; empty: none]
+#   IMAGES_TAG         tag of the operator image [the version]
+#   DOCKER             the docker CLI [the first on PATH, then /usr/bin/docker, that builds
+#                      with BuildKit: a buildx plugin, or a client older than 23 (built in)]
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+say() { printf '[images] %s\n' "$*" >&2; }
+die() { say "error: $*"; exit 1; }
+scratch=()
+trap 'if ((${#scratch[@]})); then rm -rf "${scratch[@]}"; fi' EXIT
+
+state="${IMAGES_STATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/horovod-operator/docker}"
+pidfile="$state/dockerd.pid"
+socket="unix:///var/run/docker.sock"
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+version() { sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml | head -n 1; }
+
+# A docker CLI that can run `DOCKER_BUILDKIT=1 docker build`: clients from 23 on need
+# the buildx plugin for that; older ones (Debian bookworm's 20.10) have BuildKit built in.
+cli() {
+  if [[ -n "${DOCKER:-}" ]]; then printf '%s\n' "$DOCKER"; return; fi
+  local candidate version
+  for candidate in $(type -ap docker) /usr/bin/docker; do
+    [[ -x "$candidate" ]] || continue
+    if "$candidate" buildx version >/dev/null 2>&1; then printf '%s\n' "$candidate"; return; fi
+    version="$("$candidate" --version 2>/dev/null | sed -n 's/^Docker version \([0-9]*\)\..*/\1/p')"
+    if [[ "$version" =~ ^[0-9]+$ ]] && ((version < 23)); then
+      printf '%s\n' "$candidate"
+      return
+    fi
+  done
+  return 1
+}
+
+docker_cli() {
+  cli || die "no docker CLI that builds with BuildKit (a client older than 23, or one with the buildx plugin). Fix: hack/images.sh engine (installs Debian's docker.io), or set DOCKER=/path/to/docker"
+}
+
+answers() { timeout 20 "$1" info >/dev/null 2>&1; }
+
+need_root() {
+  [[ $(id -u) -eq 0 ]] || die "$1 is missing. Fix: sudo apt-get install -y $2 (or run this as root)"
+}
+
+apt_install() {
+  # Packages that ship services (docker.io, containerd) must not start them here:
+  # the daemon this script starts is its own. Without a policy-rc.d, one that
+  # refuses every start stands in for the install only.
+  local made_policy=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  say "installing with apt: $*"
+  local rc=0
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; } || rc=$?
+  if ((made_policy)); then rm -f /usr/sbin/policy-rc.d; fi
+  ((rc == 0)) || die "apt-get install $* failed (exit $rc)"
+}
+
+dockerd_path() { command -v dockerd 2>/dev/null || { [[ -x /usr/sbin/dockerd ]] && echo /usr/sbin/dockerd; }; }
+
+# The pid of the dockerd this script started, when it still runs.
+our_dockerd() {
+  [[ -s "$pidfile" ]] || return 1
+  local pid
+  pid="$(cat "$pidfile")"
+  [[ "$pid" =~ ^[0-9]+$ && -r /proc/$pid/cmdline ]] || return 1
+  # The pid is ours only while it is a dockerd on our data-root (pids are reused).
+  tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qx -- "--data-root=$state/data" || return 1
+  printf '%s\n' "$pid"
+}
+
+engine() {
+  local dockerd docker
+  dockerd="$(dockerd_path || true)"
+  if [[ -z "$dockerd" ]] || ! cli >/dev/null; then
+    need_root "dockerd" "docker.io"
+    apt_install docker.io
+    dockerd="$(dockerd_path)" || die "docker.io is installed but there is no dockerd"
+  fi
+  docker="$(docker_cli)"
+  if answers "$docker"; then
+    say "a Docker daemon answers already ($("$docker" info --format '{{.ServerVersion}}, storage {{.Driver}}' 2>/dev/null)); using it"
+    return
+  fi
+  if [[ -n "${DOCKER_HOST:-}" && "$DOCKER_HOST" != "$socket" ]]; then
+    die "DOCKER_HOST=$DOCKER_HOST does not answer; this script starts a daemon on $socket only"
+  fi
+  [[ $(id -u) -eq 0 ]] || die "no Docker daemon answers and only root can start one. Fix: start Docker (sudo systemctl start docker) or run this as root"
+  mkdir -p "$state/data" "$state/run"
+  if [[ -S /var/run/docker.sock ]] && ! our_dockerd >/dev/null; then
+    # A daemon that died without cleaning up leaves its socket; dockerd refuses it.
+    say "removing a stale /var/run/docker.sock (nothing answers on it)"
+    rm -f /var/run/docker.sock
+  fi
+  say "starting dockerd (data-root $state/data, log $state/dockerd.log)"
+  # setsid: the daemon outlives this script and the terminal or job that ran it.
+  setsid "$dockerd" --data-root="$state/data" --exec-root="$state/run" --pidfile="$pidfile" \
+    -H "$socket" >>"$state/dockerd.log" 2>&1 </dev/null &
+  local started=$! waited=0
+  until answers "$docker"; do
+    if ! kill -0 "$started" 2>/dev/null; then
+      say "dockerd exited; the end of $state/dockerd.log:"
+      tail -n 30 "$state/dockerd.log" >&2
+      die "dockerd did not start"
+    fi
+    ((waited < 90)) || die "dockerd did not answer within 90s (see $state/dockerd.log)"
+    sleep 1
+    waited=$((waited + 1))
+  done
+  say "dockerd $("$docker" info --format '{{.ServerVersion}}, storage {{.Driver}}, cgroup v{{.CgroupVersion}}') started in ${waited}s (pid $started); stop it with: hack/images.sh engine-stop"
+}
+
+engine_stop() {
+  local pid
+  if ! pid="$(our_dockerd)"; then
+    say "no dockerd started by this script runs (pidfile $pidfile); nothing to stop"
+    return
+  fi
+  say "stopping dockerd (pid $pid)"
+  kill -TERM "$pid"
+  local waited=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((waited >= 60)); then
+      say "dockerd (pid $pid) outlived SIGTERM by 60s; SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  # dockerd leaves its network namespace bind-mounted in its exec-root.
+  local mounted
+  for mounted in "$state/run/netns/"*; do
+    if mountpoint -q "$mounted" 2>/dev/null; then umount "$mounted" || true; fi
+  done
+  say "dockerd stopped"
+}
+
+status() {
+  local docker pid
+  docker="$(cli)" || { say "no docker CLI that builds with BuildKit"; return 1; }
+  answers "$docker" || { say "no Docker daemon answers"; return 1; }
+  if pid="$(our_dockerd)"; then
+    say "a Docker daemon answers: the dockerd hack/images.sh engine started (pid $pid)"
+  else
+    say "a Docker daemon answers (one hack/images.sh did not start)"
+  fi
+}
+
+need_daemon() {
+  local docker
+  docker="$(docker_cli)"
+  answers "$docker" || die "no Docker daemon answers. Fix: hack/images.sh engine"
+  printf '%s\n' "$docker"
+}
+
+# The images a Dockerfile's FROM lines name: ARG defaults substituted, earlier
+# stages and scratch left out.
+from_images() {
+  awk '
+    function replace(text, old, new,   at) {
+      while ((at = index(text, old)) > 0) text = substr(text, 1, at - 1) new substr(text, at + length(old))
+      return text
+    }
+    FNR == 1 { from = 0; split("", args); split("", stages) }
+    toupper($1) == "ARG" && !from {
+      eq = index($2, "="); if (eq) args[substr($2, 1, eq - 1)] = substr($2, eq + 1); next
+    }
+    toupper($1) == "FROM" {
+      from = 1; i = 2; if ($i ~ /^--platform=/) i++
+      image = $i
+      for (name in args) {
+        image = replace(image, "${" name "}", args[name]); image = replace(image, "$" name, args[name])
+      }
+      if (!(image in stages) && image != "scratch") print image
+      if (toupper($(i + 1)) == "AS") stages[$(i + 2)] = 1
+    }
+  ' "$@" | sort -u
+}
+
+# Debian's files that make an image "slim" and docker-friendly, as the official
+# images have them (debuerreotype's minimizing config).
+customize_debian() {
+  local root="$1" slim="$2"
+  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+  chmod 755 "$root/usr/sbin/policy-rc.d"
+  local conf="$root/etc/apt/apt.conf.d"
+  cat >"$conf/docker-clean" <<'EOF'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+EOF
+  echo 'Acquire::GzipIndexes "true";' >"$conf/docker-gzip-indexes"
+  echo 'Acquire::Languages "none";' >"$conf/docker-no-languages"
+  printf 'Apt::AutoRemove::SuggestsImportant "false";\n' >"$conf/docker-autoremove-suggests"
+  if [[ "$slim" == 1 ]]; then
+    cat >"$root/etc/dpkg/dpkg.cfg.d/docker" <<'EOF'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/info/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/lintian/overrides/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+path-exclude /usr/share/man/*
+path-exclude /usr/share/groff/*
+EOF
+  fi
+}
+
+# debian:bookworm or debian:bookworm-slim from bookworm's packages (minbase, with
+# bookworm-updates and the security archive, as the official image's sources).
+make_debian() {
+  local docker="$1" image="$2" slim="$3"
+  if ! command -v mmdebstrap >/dev/null 2>&1; then
+    need_root "mmdebstrap" "mmdebstrap"
+    apt_install mmdebstrap
+  fi
+  [[ $(id -u) -eq 0 ]] || die "making $image needs root (mmdebstrap's root mode)"
+  local work
+  work="$(mktemp -d "${TMPDIR:-/tmp}/images-base.XXXXXX")"
+  scratch+=("$work")
+  local dpkgopts=()
+  if [[ "$slim" == 1 ]]; then
+    # The same excludes customize_debian leaves in the image, applied while
+    # installing, so the first packages are slim too.
+    local pattern
+    for pattern in '/usr/share/doc/*' '/usr/share/info/*' '/usr/share/linda/*' \
+      '/usr/share/lintian/overrides/*' '/usr/share/locale/*' '/usr/share/man/*' '/usr/share/groff/*'; do
+      dpkgopts+=("--dpkgopt=path-exclude=$pattern")
+    done
+    dpkgopts+=("--dpkgopt=path-include=/usr/share/doc/*/copyright" "--dpkgopt=path-include=/usr/share/locale/locale.alias")
+  fi
+  say "making $image with mmdebstrap (Debian bookworm, minbase)"
+  local start=$SECONDS
+  # The merged-usr hook makes /usr merged with symlinks and usr-is-merged, as the
+  # official image is; without it apt pulls in usrmerge and with it all of perl.
+  mmdebstrap --quiet --variant=minbase --format=directory \
+    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr "${dpkgopts[@]}" bookworm "$work/root" \
+    "deb http://deb.debian.org/debian bookworm main" \
+    "deb http://deb.debian.org/debian bookworm-updates main" \
+    "deb http://deb.debian.org/debian-security bookworm-security main"
+  customize_debian "$work/root" "$slim"
+  tar --numeric-owner --xattrs -C "$work/root" -cf "$work/root.tar" .
+  "$docker" import \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["bash"]' \
+    --change 'LABEL org.opencontainers.image.description="Debian bookworm, made locally by hack/images.sh (mmdebstrap minbase) in place of the registry image"' \
+    "$work/root.tar" "$image" >/dev/null
+  say "made $image in $((SECONDS - start))s ($("$docker" image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}'))"
+}
+
+bases() {
+  local docker
+  docker="$(need_daemon)"
+  local files=("$@")
+  if ((${#files[@]} == 0)); then files=(Dockerfile.*); fi
+  local image missing=()
+  while read -r image; do
+    [[ -n "$image" ]] || continue
+    if "$docker" image inspect "$image" >/dev/null 2>&1; then
+      say "base $image: present"
+    elif timeout 120 "$docker" pull -q "$image" >/dev/null 2>&1; then
+      say "base $image: pulled"
+    else
+      case "$image" in
+        debian:bookworm | debian:12) make_debian "$docker" "$image" 0 ;;
+        debian:bookworm-slim | debian:12-slim) make_debian "$docker" "$image" 1 ;;
+        *)
+          say "base $image: not present, not pullable, and not one this script can make"
+          missing+=("$image")
+          ;;
+      esac
+    fi
+  done < <(from_images "${files[@]}")
+  ((${#missing[@]} == 0)) || die "missing base images: ${missing[*]} (pull them where a registry is reachable, or docker load them)"
+}
+
+operator() {
+  local docker
+  docker="$(need_daemon)"
+  bases Dockerfile.operator
+  local ver tag revision
+  ver="$(version)"
+  tag="${IMAGES_TAG:-$ver}"
+  revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  local args=(build -f Dockerfile.operator -t "horovod-operator:$tag"
+    --build-arg "VERSION=$ver" --build-arg "REVISION=$revision")
+  local ca="${IMAGES_CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}"
+  if [[ -n "$ca" && -r "$ca" ]]; then
+    args+=(--secret "id=ca,src=$ca")
+  elif [[ -n "$ca" ]]; then
+    say "no CA bundle at $ca; building without the secret \"ca\""
+  fi
+  say "building horovod-operator:$tag ($docker ${args[*]} .)"
+  local start=$SECONDS
+  DOCKER_BUILDKIT=1 "$docker" "${args[@]}" .
+  say "built horovod-operator:$tag in $((SECONDS - start))s ($("$docker" image inspect --format '{{.Size}}' "horovod-operator:$tag" | awk '{printf "%.0f MB", $1 / 1e6}'))"
+}
+
+case "${1:-}" in
+  engine) engine ;;
+  engine-stop) engine_stop ;;
+  status) status ;;
+  bases) shift; bases "$@" ;;
+  froms)
+    shift
+    if (($# == 0)); then set -- Dockerfile.*; fi
+    from_images "$@"
+    ;;
+  operator) operator ;;
+  version) version ;;
+  cli) docker_cli ;;
+  -h | --help | help) usage ;;
+  "") usage >&2; exit 1 ;;
+  *) die "unknown command: $1 (see --help)" ;;
+esac

@@ -1,0 +1,66 @@
+"""hack/images.sh and the Dockerfiles, where no Docker engine is needed. The image
+itself is built and run by tests/integration/test_operator_image.py."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+from localcluster.paths import REPO
+
+SCRIPT = REPO / "hack" / "images.sh"
+DOCKERFILES = sorted(REPO.glob("Dockerfile.*"))
+
+
+def images(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+
+
+def versions_env() -> dict[str, str]:
+    pairs = (
+        line.split("=", 1)
+        for line in (REPO / "hack" / "versions.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    return dict(pairs)
+
+
+def test_image_version_is_the_package_version() -> None:
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert images("version").stdout.strip() == version
+    # The label's default, for a plain `docker build` that passes no VERSION.
+    label = re.search(r"^ARG VERSION=(\S+)$", (REPO / "Dockerfile.operator").read_text(), re.M)
+    assert label and label.group(1) == version
+
+
+def test_no_dockerfile_needs_a_frontend_image() -> None:
+    # A `# syntax=` directive makes BuildKit pull docker/dockerfile before building.
+    for dockerfile in DOCKERFILES:
+        head = dockerfile.read_text().splitlines()
+        assert not [line for line in head if re.match(r"#\s*syntax\s*=", line, re.I)], dockerfile
+
+
+def test_froms_are_the_public_bases_with_arg_defaults_applied(tmp_path: Path) -> None:
+    assert images("froms", "Dockerfile.operator").stdout.split() == ["debian:bookworm-slim"]
+    assert images("froms", "Dockerfile.worker").stdout.split() == [
+        versions_env()["WORKER_BASE_IMAGE"]
+    ]
+    # Stages and scratch are not bases; ARGs are per Dockerfile.
+    first = tmp_path / "Dockerfile.a"
+    first.write_text("ARG BASE=x:1\nFROM ${BASE} AS one\nFROM one\nFROM scratch\n")
+    second = tmp_path / "Dockerfile.b"
+    second.write_text("ARG BASE=y:2\nFROM --platform=linux/amd64 $BASE-slim\n")
+    assert images("froms", str(first), str(second)).stdout.split() == ["x:1", "y:2-slim"]
+
+
+def test_help_and_unknown_commands() -> None:
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    shown = images("--help")
+    assert shown.returncode == 0
+    for command in ("engine", "engine-stop", "status", "bases", "froms", "operator", "version"):
+        assert f"hack/images.sh {command}" in shown.stdout, command
+    bad = images("bogus")
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == "[images] error: unknown command: bogus (see --help)"
