@@ -22,12 +22,13 @@ test-integration:  ## against the local control plane (tests/*/integration)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/pytest -ra -m integration
 
-lint:  ## ruff and mypy (strict for the operator, the contract and the tooling)
+lint:  ## ruff and mypy (strict for the operator, the contract, the tooling, the tests and bench)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy operator/horovod_operator contract/horovod_contract localcluster
 	.venv/bin/mypy worker/horovod_worker
+	.venv/bin/mypy tests bench
 
 format:
 	.venv/bin/ruff format .
