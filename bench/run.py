@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -29,10 +30,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from localcluster import gobuild, operator
+from localcluster import gobuild
 from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, Cluster, Layout
 from localcluster.kube import Client
 from localcluster.namespaces import create_namespace
+from localcluster.operator import OperatorProcess
 from localcluster.paths import REPO
 from localcluster.versions import read_versions
 
@@ -233,11 +235,11 @@ class Bench:
             time.sleep(0.5)
 
     @contextlib.contextmanager
-    def operator(self, spec: OperatorSpec, ns: str) -> Iterator[operator.OperatorProcess]:
+    def operator(self, spec: OperatorSpec, ns: str) -> Iterator[OperatorProcess]:
         assert self.impl is not None
         proc = operator_process(spec, self.impl.layout.kubeconfig, [ns], self.logs / f"{ns}.log")
         proc.start_and_wait()
-        profiler = self._profile(proc, ns)
+        profiler = self._profile(spec, proc, ns)
         time.sleep(0.5)  # the watches' initial lists are in flight right after readiness
         try:
             yield proc
@@ -249,9 +251,11 @@ class Bench:
                 except subprocess.TimeoutExpired:
                     profiler.kill()
 
-    def _profile(self, proc: operator.OperatorProcess, ns: str) -> subprocess.Popen[bytes] | None:
+    def _profile(
+        self, spec: OperatorSpec, proc: OperatorProcess, ns: str
+    ) -> subprocess.Popen[bytes] | None:
         """py-spy on our operator (--profile): collapsed stacks, one file per scenario."""
-        if not self.args.profile or proc.spec.kind != "horovod":
+        if not self.args.profile or spec.kind != "horovod":
             return None
         py_spy = Path(sys.executable).parent / "py-spy"
         if not py_spy.exists():
@@ -331,7 +335,7 @@ class Bench:
                     # job starts once they are gone, so it does not queue behind the deletes.
                     with contextlib.suppress(TimeoutError):
                         tracker.wait(
-                            lambda name=f"j{r}": tracker.workers_gone(name),
+                            functools.partial(tracker.workers_gone, f"j{r}"),
                             timeout,
                             f"workers of {ns}/j{r} deleted",
                         )
@@ -531,17 +535,17 @@ class Bench:
                         size
                     ]
                     res["single"].setdefault(str(size), {})[spec.key] = self._guard(
-                        lambda spec=spec, size=size, reps=reps: self.single(spec, size, reps)
+                        functools.partial(self.single, spec, size, reps)
                     )
             for spec in specs:
                 if spec.key in p["burst_operators"] and p["burst_jobs"]:
                     res["burst"][spec.key] = self._guard(
-                        lambda spec=spec: self.burst(spec, p["burst_jobs"], p["burst_workers"])
+                        functools.partial(self.burst, spec, p["burst_jobs"], p["burst_workers"])
                     )
             for spec in specs:
                 if spec.key in p["idle_operators"] and p["idle_jobs"]:
                     res["idle"][spec.key] = self._guard(
-                        lambda spec=spec: self.idle(spec, p["idle_jobs"], p["idle_window"])
+                        functools.partial(self.idle, spec, p["idle_jobs"], p["idle_window"])
                     )
         finally:
             res["meta"]["loadavg_end"] = loadavg()

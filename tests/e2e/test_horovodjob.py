@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +20,12 @@ import pytest
 import yaml
 
 from horovod_worker.common import parse_result
-from horovod_worker.rank_output import split_by_rank
+from horovod_worker.rank_output import rank_lines, split_by_rank
 from localcluster.operator import OperatorProcess
+from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster
-from tests.support.nodeagent import LOCAL_PLACEMENT, PYTHON, REPO, Agent, alive
+from tests.support.nodeagent import LOCAL_PLACEMENT, PYTHON, Agent, alive
 
 ACCURACY_BAR = 0.90
 RANK_LINE = re.compile(
@@ -61,7 +61,9 @@ def example_job(
     backoff_limit: int | None = None,
 ) -> dict[str, Any]:
     """examples/<framework>-digits.yaml, placed on the agent's nodes through the templates."""
-    job = yaml.safe_load((REPO / "examples" / f"{framework}-digits.yaml").read_text())
+    job: dict[str, Any] = yaml.safe_load(
+        (REPO / "examples" / f"{framework}-digits.yaml").read_text()
+    )
     job["metadata"]["name"] = name
     spec = job["spec"]
     spec["command"] = [*spec["command"], "--threads=1", *extra_args]
@@ -123,10 +125,15 @@ def result(launcher_log: str) -> dict[str, Any]:
         raise AssertionError(f"{exc}; the launcher's log:\n{launcher_log[-3000:]}") from None
 
 
+def _launcher_log(agent: Agent, namespace: str, name: str) -> str:
+    """The log of the job's launcher pod so far ("" before it has one)."""
+    return agent.cli("logs", f"{name}-launcher", "-n", namespace, check=False)
+
+
 def _describe(cluster: KubeCluster, agent: Agent, namespace: str, name: str) -> str:
     job = cluster.kubectl("get", "hj", name, "-n", namespace, "-o", "yaml", check=False).stdout
     pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-    log = agent.cli("logs", f"{name}-launcher", "-n", namespace, check=False)
+    log = _launcher_log(agent, namespace, name)
     return f"{job}\n{pods}\nlauncher log:\n{log[-4000:]}"
 
 
@@ -199,12 +206,26 @@ def test_worker_killed_mid_training_restarts_the_job(
     cluster: KubeCluster, agent: Agent, operator: Path, namespace: str
 ) -> None:
     name = "killed"
+    # An epoch of digits takes 0.02-0.1 s here: enough of them that training outlasts
+    # the polls below by seconds.
+    epochs = 200
     cluster.apply(
-        example_job("pytorch", name, extra_args=("--epochs=12",), backoff_limit=2), namespace
+        example_job("pytorch", name, extra_args=(f"--epochs={epochs}",), backoff_limit=2),
+        namespace,
     )
     victim = f"{name}-worker-1"
     pids = wait_for(lambda: _trainer_pids(agent, namespace, victim), 300, 0.5, "a rank running")
-    time.sleep(2)
+    # Mid-training: rank 0 logged its first epoch, which needed every rank's gradients.
+    # (A fixed sleep here once killed the ranks while they still imported their frameworks.)
+    wait_for(
+        lambda: any(
+            f" epoch 1/{epochs} " in line
+            for line in rank_lines(_launcher_log(agent, namespace, name), 0)
+        ),
+        300,
+        0.2,
+        "rank 0's first epoch in the launcher's log",
+    )
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     job = wait_finished(cluster, namespace, name, 600)

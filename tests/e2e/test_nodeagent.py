@@ -153,7 +153,7 @@ def test_dns_names_resolve_inside_pods(cluster: KubeCluster, agent: Agent, names
 
     for i, ip in enumerate(ips):
         fqdn = f"peer-{i}.peers.{namespace}.svc"
-        assert wait_for(lambda n=fqdn: resolve(n), 30, 0.5, f"{fqdn} resolves") == [ip]
+        assert wait_for(lambda n=fqdn: resolve(n), 30, 0.5, f"{fqdn} resolves") == [ip]  # type: ignore[misc]
         assert resolve(f"{fqdn}.cluster.local") == [ip]
     assert resolve("peers") == sorted(ips)
     assert resolve(f"peers.{namespace}") == sorted(ips)
@@ -199,7 +199,7 @@ def test_readiness_from_tcp_and_exec_probes(
         assert _condition(running, "Ready") == "False"
     for name in ("tcpready", "execready"):
         wait_for(
-            lambda n=name: _condition(cluster.get("pod", n, namespace), "Ready") == "True",
+            lambda n=name: _condition(cluster.get("pod", n, namespace), "Ready") == "True",  # type: ignore[misc]
             30,
             0.3,
             f"{name} Ready",
@@ -259,8 +259,8 @@ def test_deletion_stops_processes_and_removes_namespace(
     cluster.apply(pod, namespace)
     pod_phase(cluster, namespace, "stubborn", "Running")
     info = wait_for(lambda: agent.pod_info("stubborn", namespace), 10, 0.2, "agent runs stubborn")
-    wait_for(lambda: len(agent.pod_info("stubborn", namespace)["pids"]) >= 2, 10, 0.2, "two pids")
-    pids = agent.pod_info("stubborn", namespace)["pids"]
+    wait_for(lambda: len(agent.pod_info("stubborn", namespace)["pids"]) >= 2, 10, 0.2, "two pids")  # type: ignore[index]
+    pids = agent.pod_info("stubborn", namespace)["pids"]  # type: ignore[index]
     assert info["netns"] in agent.netns()
     cluster.kubectl("delete", "pod", "stubborn", "-n", namespace, "--wait=false")
     wait_for(lambda: not cluster.exists("pod", "stubborn", namespace), 30, 0.3, "pod removed")

@@ -59,10 +59,13 @@ def make_job(**spec: Any) -> HorovodJob:
     )
 
 
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
 def test_ssh_secret() -> None:
     keys = KeyPair(private_openssh="PRIVATE\n", public_openssh="ssh-ed25519 AAA op\n")
     host = KeyPair(private_openssh="HOST\n", public_openssh="ssh-ed25519 HHH host\n")
-    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
     assert builders.new_ssh_secret(make_job(), keys, host) == {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -8,8 +8,6 @@ import yaml
 from horovod_operator import crd
 from localcluster.paths import REPO
 
-ROOT = REPO
-
 
 def walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     found: list[tuple[str, dict[str, Any]]] = []
@@ -24,8 +22,8 @@ def walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
 
 
 def test_committed_files_match_the_models() -> None:
-    assert crd.drifted(ROOT) == [], "run: python -m horovod_operator.crd"
-    assert crd.main(["--root", str(ROOT), "--check"]) == 0
+    assert crd.drifted(REPO) == [], "run: python -m horovod_operator.crd"
+    assert crd.main(["--root", str(REPO), "--check"]) == 0
 
 
 def test_check_reports_drift(tmp_path: Path) -> None:
@@ -57,7 +55,7 @@ def test_schema_is_structural() -> None:
 
 
 def test_names_columns_and_subresources() -> None:
-    document = yaml.safe_load((ROOT / "crds" / "horovod.ai_horovodjobs.yaml").read_text())
+    document = yaml.safe_load((REPO / "crds" / "horovod.ai_horovodjobs.yaml").read_text())
     assert document["metadata"]["name"] == "horovodjobs.horovod.ai"
     assert document["spec"]["names"]["shortNames"] == ["hvjob", "hj"]
     version = document["spec"]["versions"][0]
@@ -73,6 +71,6 @@ def test_names_columns_and_subresources() -> None:
 
 
 def test_api_reference_lists_every_field() -> None:
-    text = (ROOT / "docs" / "api.md").read_text()
+    text = (REPO / "docs" / "api.md").read_text()
     for field in ("slotsPerWorker", "launcherCreationPolicy", "cleanPodPolicy", "exitCode"):
         assert f"`{field}`" in text

@@ -424,7 +424,7 @@ def test_a_permanent_refusal_fails_the_job_and_leaves_nothing(
     assert {d.name for d in plan.deletes} == {"j-worker-0", "j-ssh", "j-config", "j-worker"}
     assert plan.creates == []
     # A refusal of an older generation is gone once the spec changed.
-    fixed = decide(observe(body(status, generation=2), [], False, refusals=[refusal]))
+    fixed = decide(observe(body(status, generation=2), [], with_infra=False, refusals=[refusal]))
     assert stored(fixed)["phase"] == "Pending"
 
 

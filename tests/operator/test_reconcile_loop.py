@@ -15,9 +15,10 @@ from typing import Any
 from horovod_operator.executor import StaleView
 from horovod_operator.kube import KubeError
 from horovod_operator.reconciler import Reconciler, retry_delay
+from tests.support.aio import wait_for
 
 KEY = ("ns", "j")
-JOB = {
+JOB: dict[str, Any] = {
     "apiVersion": "horovod.ai/v1alpha1",
     "kind": "HorovodJob",
     "metadata": {
@@ -249,11 +250,10 @@ def test_healthz_turns_red_while_a_reconcile_hangs() -> None:
         codes = [await asyncio.to_thread(probe, port)]
         loop.batch_window = 0
         loop.trigger(KEY)
-        await asyncio.sleep(0.6)  # the create hangs past the stall threshold
-        codes.append(await asyncio.to_thread(probe, port))
+        # The create hangs past the stall threshold, then answers.
+        codes.append(await wait_for(lambda: (c := probe(port)) != 200 and c, 5, "a red probe"))
         hang.set()
-        await asyncio.sleep(0.2)
-        codes.append(await asyncio.to_thread(probe, port))
+        codes.append(await wait_for(lambda: (c := probe(port)) != 500 and c, 5, "a green probe"))
         await loop.shutdown()
         await health.stop()
         return codes
@@ -262,17 +262,20 @@ def test_healthz_turns_red_while_a_reconcile_hangs() -> None:
 
 
 def test_a_standby_replica_reconciles_nothing_until_it_leads() -> None:
-    kube = FakeKube()
-    loop = reconciler(kube)
+    kube, twin_kube = FakeKube(), FakeKube()
+    loop, twin = reconciler(kube), reconciler(twin_kube)
     loop.active = False
+    first_write = ("status", "HorovodJob", "j")
 
     async def run() -> None:
-        loop.batch_window = 0
+        loop.batch_window = twin.batch_window = 0
         loop.trigger(KEY)
-        await asyncio.sleep(0.05)
+        twin.trigger(KEY)  # an active replica, told the same at the same moment
+        await wait_for(lambda: first_write in twin_kube.calls, 5, "the active twin's write")
         assert kube.calls == []
         loop.activate()
-        await asyncio.sleep(0.1)
+        await wait_for(lambda: first_write in kube.calls, 5, "the new leader's write")
+        await loop.shutdown()
+        await twin.shutdown()
 
     asyncio.run(run())
-    assert ("status", "HorovodJob", "j") in kube.calls

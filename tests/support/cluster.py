@@ -12,15 +12,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from localcluster import gobuild
 from localcluster.cluster import Cluster, ClusterError, Layout
 from localcluster.poll import wait_for
-
-T = TypeVar("T")
 
 
 class KubeCluster(Cluster):

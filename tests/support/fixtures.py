@@ -13,7 +13,7 @@ the fixture starts.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -80,11 +80,14 @@ def ghost_node(cluster: KubeCluster, namespace: str) -> Iterator[str]:
         cluster.kubectl("delete", "node", name, "--wait=false", check=False)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed and "cluster" in getattr(item, "fixturenames", ()):
-        fixture = item.funcargs.get("cluster") if hasattr(item, "funcargs") else None
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test that used a control plane (this one or tests/e2e's) shows its logs."""
+    report = yield
+    if report.failed:
+        fixture = getattr(item, "funcargs", {}).get("cluster")
         if isinstance(fixture, KubeCluster):
             report.sections.append(("control plane logs (last lines)", fixture.log_tails()))
+    return report

@@ -1,5 +1,5 @@
 """The operator as a test sees it: a subprocess watching one namespace, and kubectl
-shortcuts for the jobs in it. The fixtures are in conftest.py.
+shortcuts for the jobs in it. The fixtures are in fixtures.py.
 
 Waiting is always on an observable state (`Operator.wait`); a check that something
 does *not* happen (`Operator.stays`) polls for a bounded time after a state that
@@ -75,6 +75,12 @@ class Jobs:
         proc = self.cluster.kubectl("get", "hvjob", name, "-n", self.ns, "-o", "json", check=False)
         return json.loads(proc.stdout) if proc.returncode == 0 else None
 
+    def existing(self, name: str) -> dict[str, Any]:
+        """The job, which must exist."""
+        job = self.get(name)
+        assert job is not None, f"no HorovodJob {name} in {self.ns}"
+        return job
+
     def status(self, name: str) -> dict[str, Any]:
         job = self.get(name)
         return (job or {}).get("status") or {}
@@ -106,8 +112,12 @@ class Jobs:
         return pods[0]["metadata"]["name"] if pods else None
 
     def wait_phase(self, name: str, phase: str, timeout: float = 30) -> dict[str, Any]:
+        def reached() -> dict[str, Any] | None:
+            status = self.status(name)
+            return status if status.get("phase") == phase else None
+
         return self.op.wait(
-            lambda: (s := self.status(name)).get("phase") == phase and s,
+            reached,
             timeout,
             f"{name} phase {phase} (status: {self.status(name)})",
         )
@@ -119,9 +129,7 @@ class Jobs:
         return launcher
 
     def uid(self, name: str) -> str:
-        job = self.get(name)
-        assert job is not None, f"no HorovodJob {name}"
-        return str(job["metadata"]["uid"])
+        return str(self.existing(name)["metadata"]["uid"])
 
     def condition(self, name: str, type_: str) -> dict[str, Any] | None:
         """The condition `type_` of the job when it is True."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from localcluster.paths import REPO
@@ -9,7 +11,7 @@ from tests.e2e.kind import kind_e2e
 
 
 def test_cpu_variant_drops_gpus_sets_the_image_and_shortens_training() -> None:
-    job = {
+    job: dict[str, Any] = {
         "metadata": {"name": "j"},
         "spec": {
             "image": "horovod-worker:0.1.0",

@@ -9,14 +9,14 @@ from horovod_worker.common import WorkerError, check_expected_size
 from horovod_worker.train import build_parser, main, parse_config
 
 
-def test_defaults_train_pytorch_on_digits():
+def test_defaults_train_pytorch_on_digits() -> None:
     config = parse_config([])
     assert (config.framework, config.dataset, config.mode) == ("pytorch", "digits", "tape")
     assert config.epochs >= 1 and config.batch_size >= 1 and config.lr > 0
     assert config.checkpoint_dir is None and config.log_dir is None and not config.resume
 
 
-def test_every_option_of_the_issue_is_parsed():
+def test_every_option_of_the_issue_is_parsed() -> None:
     config = parse_config(
         [
             "--framework=tensorflow",
@@ -39,7 +39,7 @@ def test_every_option_of_the_issue_is_parsed():
     assert config.resume
 
 
-def test_help_explains_each_option():
+def test_help_explains_each_option() -> None:
     text = build_parser().format_help()
     for option in (
         "--framework",
@@ -74,7 +74,9 @@ def test_help_explains_each_option():
         (["--mode=fit"], "--mode fit is the Keras path"),
     ],
 )
-def test_bad_arguments_exit_2_with_one_line(argv, fragment, capsys):
+def test_bad_arguments_exit_2_with_one_line(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exited:
         parse_config(argv)
     assert exited.value.code == 2
@@ -84,7 +86,9 @@ def test_bad_arguments_exit_2_with_one_line(argv, fragment, capsys):
     assert fragment in err
 
 
-def test_missing_mnist_files_fail_before_any_framework_import(tmp_path, capsys):
+def test_missing_mnist_files_fail_before_any_framework_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "train-images-idx3-ubyte").write_bytes(b"")
     status = main(["--dataset=mnist", f"--data-dir={tmp_path}"])
     assert status == 1
@@ -95,13 +99,13 @@ def test_missing_mnist_files_fail_before_any_framework_import(tmp_path, capsys):
     assert "t10k-images-idx3-ubyte" in err
 
 
-def test_expected_size_unset_or_matching_passes():
+def test_expected_size_unset_or_matching_passes() -> None:
     check_expected_size(2, {})
     check_expected_size(2, {contract.ENV_EXPECTED_SIZE: ""})
     check_expected_size(4, {contract.ENV_EXPECTED_SIZE: "4"})
 
 
-def test_expected_size_mismatch_names_both_sizes_and_the_gloo_fix():
+def test_expected_size_mismatch_names_both_sizes_and_the_gloo_fix() -> None:
     with pytest.raises(WorkerError) as raised:
         check_expected_size(1, {contract.ENV_EXPECTED_SIZE: "2"})
     message = str(raised.value)
@@ -109,6 +113,6 @@ def test_expected_size_mismatch_names_both_sizes_and_the_gloo_fix():
     assert "HOROVOD_CONTROLLER=gloo" in message
 
 
-def test_expected_size_must_be_an_integer():
+def test_expected_size_must_be_an_integer() -> None:
     with pytest.raises(WorkerError, match="is not an integer"):
         check_expected_size(2, {contract.ENV_EXPECTED_SIZE: "two"})

@@ -1,6 +1,8 @@
 """Datasets, sharding and the helpers shared by the trainers (no Horovod needed)."""
 
 import json
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,7 +29,9 @@ from horovod_worker.data import (
 from horovod_worker.rank_output import rank_lines, split_by_rank
 
 
-def write_mnist(directory, train=12, test=5, gz=False):
+def write_mnist(
+    directory: Path, train: int = 12, test: int = 5, gz: bool = False
+) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(1)
     suffix = ".gz" if gz else ""
     parts = {
@@ -42,7 +46,7 @@ def write_mnist(directory, train=12, test=5, gz=False):
 
 
 @pytest.mark.parametrize("gz", [False, True])
-def test_mnist_idx_files_are_read_and_scaled(tmp_path, gz):
+def test_mnist_idx_files_are_read_and_scaled(tmp_path: Path, gz: bool) -> None:
     parts = write_mnist(tmp_path, gz=gz)
     data = load("mnist", tmp_path)
     assert data.x_train.shape == (12, 28, 28, 1) and data.x_test.shape == (5, 28, 28, 1)
@@ -51,7 +55,7 @@ def test_mnist_idx_files_are_read_and_scaled(tmp_path, gz):
     np.testing.assert_allclose(data.x_test[..., 0] * 255, parts["test_images"], atol=1e-4)
 
 
-def test_missing_mnist_dir_or_files_name_what_is_missing(tmp_path):
+def test_missing_mnist_dir_or_files_name_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="does not exist"):
         load("mnist", tmp_path / "nowhere")
     with pytest.raises(DataError, match="nothing is downloaded") as raised:
@@ -61,7 +65,7 @@ def test_missing_mnist_dir_or_files_name_what_is_missing(tmp_path):
         load("mnist", None)
 
 
-def test_corrupt_idx_files_are_rejected(tmp_path):
+def test_corrupt_idx_files_are_rejected(tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.write_bytes(b"\x01\x02\x08\x01")
     with pytest.raises(DataError, match="bad magic"):
@@ -73,7 +77,7 @@ def test_corrupt_idx_files_are_rejected(tmp_path):
         read_idx(short)
 
 
-def test_digits_is_real_bundled_data_with_a_fixed_split():
+def test_digits_is_real_bundled_data_with_a_fixed_split() -> None:
     pytest.importorskip("sklearn")
     first, second = load("digits"), load("digits")
     assert first.x_train.shape[1:] == (8, 8, 1)
@@ -82,7 +86,7 @@ def test_digits_is_real_bundled_data_with_a_fixed_split():
     assert set(np.unique(first.y_train)) == set(range(10))
 
 
-def test_synthetic_is_deterministic_and_has_every_class():
+def test_synthetic_is_deterministic_and_has_every_class() -> None:
     data = make_synthetic(200)
     again = make_synthetic(200)
     np.testing.assert_array_equal(data.x_train, again.x_train)
@@ -93,18 +97,20 @@ def test_synthetic_is_deterministic_and_has_every_class():
 
 
 @pytest.mark.parametrize(("n", "size"), [(10, 1), (10, 3), (360, 2), (2, 4)])
-def test_eval_shards_are_disjoint_and_cover_the_set(n, size):
+def test_eval_shards_are_disjoint_and_cover_the_set(n: int, size: int) -> None:
     parts = [np.arange(n)[eval_shard(n, rank, size)] for rank in range(size)]
     np.testing.assert_array_equal(np.concatenate(parts), np.arange(n))
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
 
 
-def test_torch_distributed_sampler_partitions_and_reshuffles_per_epoch():
+def test_torch_distributed_sampler_partitions_and_reshuffles_per_epoch() -> None:
     torch = pytest.importorskip("torch")
     from torch.utils.data import DistributedSampler
 
     data = torch.utils.data.TensorDataset(torch.arange(101))
-    samplers = [DistributedSampler(data, num_replicas=2, rank=r, seed=7) for r in range(2)]
+    samplers: list[DistributedSampler[Any]] = [
+        DistributedSampler(data, num_replicas=2, rank=r, seed=7) for r in range(2)
+    ]
     epochs = []
     for epoch in range(2):
         for sampler in samplers:
@@ -116,7 +122,7 @@ def test_torch_distributed_sampler_partitions_and_reshuffles_per_epoch():
     assert epochs[0] != epochs[1]
 
 
-def test_learning_rate_warms_up_linearly_to_size_times_base():
+def test_learning_rate_warms_up_linearly_to_size_times_base() -> None:
     assert learning_rate(0, 10, 0.1, 4, warmup_epochs=1) == pytest.approx(0.1)
     assert learning_rate(5, 10, 0.1, 4, warmup_epochs=1) == pytest.approx(0.25)
     assert learning_rate(10, 10, 0.1, 4, warmup_epochs=1) == pytest.approx(0.4)
@@ -125,7 +131,7 @@ def test_learning_rate_warms_up_linearly_to_size_times_base():
     assert learning_rate(3, 10, 0.1, 1, warmup_epochs=2) == pytest.approx(0.1)
 
 
-def test_checksum_sees_one_bit():
+def test_checksum_sees_one_bit() -> None:
     weights = [np.ones((3, 3), dtype=np.float32), np.zeros(3, dtype=np.float32)]
     changed = [w.copy() for w in weights]
     changed[1][2] = np.nextafter(np.float32(0), np.float32(1))
@@ -133,7 +139,7 @@ def test_checksum_sees_one_bit():
     assert checksum(weights) != checksum(changed)
 
 
-def test_result_line_round_trips_through_horovodrun_prefixes():
+def test_result_line_round_trips_through_horovodrun_prefixes() -> None:
     line = contract.result_line({"framework": "pytorch", "size": 2, "test_accuracy": 0.95})
     assert line.startswith(f"{contract.RESULT_PREFIX} {{")
     output = f"[1,0]<stdout>:epoch 1/1 loss=0.3\n[1,0]<stdout>:{line}\n"
@@ -144,14 +150,14 @@ def test_result_line_round_trips_through_horovodrun_prefixes():
         parse_result("nothing here")
 
 
-def test_rank_line_has_what_the_end_to_end_tests_grep_for():
+def test_rank_line_has_what_the_end_to_end_tests_grep_for() -> None:
     line = rank_line(1, 2, 0, 1, "job-worker-1", "gpu:0 (H100)")
     assert line.startswith(contract.RANK_PREFIX + " ")
     for field in ("rank=1", "size=2", "local_rank=0", "hostname=job-worker-1", "device=gpu:0"):
         assert field in line
 
 
-def test_unwritable_dir_is_a_worker_error(tmp_path):
+def test_unwritable_dir_is_a_worker_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(WorkerError, match=r"checkpoint dir .* is not writable"):
@@ -163,19 +169,19 @@ def test_unwritable_dir_is_a_worker_error(tmp_path):
 class FakeHorovod:
     """Stands for one rank of a 2-rank world whose allgather returns fixed values."""
 
-    def __init__(self, gathered):
+    def __init__(self, gathered: list[str | None]) -> None:
         self.gathered = gathered
-        self.names = []
+        self.names: list[str | None] = []
 
-    def size(self):
+    def size(self) -> int:
         return len(self.gathered)
 
-    def allgather_object(self, obj, name=None):
+    def allgather_object(self, obj: object, name: str | None = None) -> list[str | None]:
         self.names.append(name)
         return self.gathered
 
 
-def test_agree_on_error_stops_every_rank_with_the_first_error():
+def test_agree_on_error_stops_every_rank_with_the_first_error() -> None:
     hvd = FakeHorovod([None, "MNIST files missing in /data"])
     with pytest.raises(WorkerError, match=r"^rank 1: MNIST files missing in /data$"):
         agree_on_error(hvd, None)
@@ -185,7 +191,7 @@ def test_agree_on_error_stops_every_rank_with_the_first_error():
     agree_on_error(FakeHorovod([None, None]), None)
 
 
-def test_rank_lines_survive_open_mpi_cutting_lines_between_chunks():
+def test_rank_lines_survive_open_mpi_cutting_lines_between_chunks() -> None:
     # As seen in CI: rank 0's start line ends in a later chunk, after rank 1's.
     output = (
         "WARNING: untagged launcher text\n"
@@ -202,7 +208,7 @@ def test_rank_lines_survive_open_mpi_cutting_lines_between_chunks():
     assert rank_lines("[0]<stdout>:gloo line\n[1]<stdout>:other\n", 0) == ["gloo line"]
 
 
-def test_result_line_found_when_another_rank_cuts_it():
+def test_result_line_found_when_another_rank_cuts_it() -> None:
     line = contract.result_line({"framework": "pytorch", "size": 2})
     output = f"[1,0]<stdout>:{line[:30]}[1,1]<stdout>:rank 1 noise\n[1,0]<stdout>:{line[30:]}\n"
     assert parse_result(output) == {"framework": "pytorch", "size": 2}

@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 from localcluster.paths import REPO
+from localcluster.versions import read_versions
 from tests.support.prerequisites import skip_unless_ci
 
 SCRIPT = REPO / "hack" / "install-worker.sh"
@@ -15,17 +16,8 @@ PATCH = REPO / "hack" / "patches" / "horovod-0.28.1.patch"
 SDIST = Path.home() / ".cache" / "horovod-operator" / "wheels" / "sdist" / "horovod-0.28.1.tar.gz"
 
 
-def versions() -> dict[str, str]:
-    pins = {}
-    for line in (REPO / "hack" / "versions.env").read_text().splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            pins[key] = value
-    return pins
-
-
-def test_worker_versions_are_pinned_in_versions_env():
-    pins = versions()
+def test_worker_versions_are_pinned_in_versions_env() -> None:
+    pins = read_versions()
     for key in (
         "HOROVOD_VERSION",
         "HOROVOD_SDIST_SHA256",
@@ -42,16 +34,16 @@ def test_worker_versions_are_pinned_in_versions_env():
     assert pins["TF_KERAS_VERSION"] == pins["TENSORFLOW_VERSION"]
 
 
-def test_dockerfile_uses_the_install_script_and_the_pinned_base():
+def test_dockerfile_uses_the_install_script_and_the_pinned_base() -> None:
     text = (REPO / "Dockerfile.worker").read_text()
     base = re.search(r"^ARG WORKER_BASE_IMAGE=(\S+)$", text, re.M)
-    assert base and base.group(1) == versions()["WORKER_BASE_IMAGE"]
+    assert base and base.group(1) == read_versions()["WORKER_BASE_IMAGE"]
     assert re.search(r"hack/install-worker\.sh .*--nccl", text)
     assert 'CMD ["python", "-m", "horovod_worker.sshd"]' in text
     assert "openssh-server" in text and "libopenmpi-dev" in text and "libnccl-dev" in text
 
 
-def test_script_is_valid_bash_with_help_and_clear_argument_errors():
+def test_script_is_valid_bash_with_help_and_clear_argument_errors() -> None:
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
     shown = subprocess.run([str(SCRIPT), "--help"], capture_output=True, text=True)
     assert shown.returncode == 0 and "--nccl" in shown.stdout and "--python" in shown.stdout
@@ -62,7 +54,7 @@ def test_script_is_valid_bash_with_help_and_clear_argument_errors():
     assert bad.returncode == 1 and "unknown framework 'mxnet'" in bad.stderr
 
 
-def test_missing_python_is_named(tmp_path):
+def test_missing_python_is_named(tmp_path: Path) -> None:
     done = subprocess.run(
         [str(SCRIPT), f"--python={tmp_path}/nope/python"], capture_output=True, text=True
     )
@@ -70,12 +62,12 @@ def test_missing_python_is_named(tmp_path):
     assert f"no Python at {tmp_path}/nope/python" in done.stderr
 
 
-def test_patch_applies_to_the_pinned_sdist(tmp_path):
+def test_patch_applies_to_the_pinned_sdist(tmp_path: Path) -> None:
     if not SDIST.exists():
         skip_unless_ci(f"{SDIST} not downloaded yet (hack/install-worker.sh downloads it)")
     if shutil.which("patch") is None:
         skip_unless_ci("patch not installed")
-    assert hashlib.sha256(SDIST.read_bytes()).hexdigest() == versions()["HOROVOD_SDIST_SHA256"]
+    assert hashlib.sha256(SDIST.read_bytes()).hexdigest() == read_versions()["HOROVOD_SDIST_SHA256"]
     with tarfile.open(SDIST) as archive:
         archive.extractall(tmp_path, filter="data")
     source = tmp_path / "horovod-0.28.1"

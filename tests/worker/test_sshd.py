@@ -7,7 +7,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from horovod_worker.sshd import (
     render_ssh_config,
     render_sshd_config,
 )
+from localcluster.poll import wait_for
 from localcluster.processes import free_port
 from tests.support.prerequisites import skip_unless_ci
 
@@ -46,7 +46,7 @@ def make_secret(directory: Path, host_key: bool = False) -> Path:
     return directory
 
 
-def test_sshd_config_is_key_only_on_the_contract_port(tmp_path):
+def test_sshd_config_is_key_only_on_the_contract_port(tmp_path: Path) -> None:
     text = render_sshd_config(tmp_path, contract.SSH_PORT, True, True, {"PATH": "/opt/venv/bin"})
     lines = set(text.splitlines())
     for line in (
@@ -64,26 +64,26 @@ def test_sshd_config_is_key_only_on_the_contract_port(tmp_path):
     assert any(line.startswith("AcceptEnv ") and "HOROVOD_*" in line for line in lines)
 
 
-def test_non_root_sshd_skips_pam_and_can_relax_strict_modes(tmp_path):
+def test_non_root_sshd_skips_pam_and_can_relax_strict_modes(tmp_path: Path) -> None:
     lines = render_sshd_config(tmp_path, 2222, False, False, {}).splitlines()
     assert "UsePAM no" in lines and "StrictModes no" in lines
     assert not any(line.startswith("SetEnv") for line in lines)
 
 
-def test_client_config_verifies_the_job_host_key(tmp_path):
+def test_client_config_verifies_the_job_host_key(tmp_path: Path) -> None:
     text = render_ssh_config(tmp_path, 2222, verify=True)
     assert "StrictHostKeyChecking yes" in text
     assert f"UserKnownHostsFile {tmp_path / contract.SSH_KNOWN_HOSTS}" in text
     assert "StrictHostKeyChecking no" not in text
 
 
-def test_sshd_forwards_nothing(tmp_path):
+def test_sshd_forwards_nothing(tmp_path: Path) -> None:
     lines = render_sshd_config(tmp_path, 2222, True, True, {}).splitlines()
     for line in ("AllowTcpForwarding no", "AllowStreamLocalForwarding no", "PermitTunnel no"):
         assert line in lines
 
 
-def test_client_config_of_an_old_secret_skips_host_key_checks(tmp_path):
+def test_client_config_of_an_old_secret_skips_host_key_checks(tmp_path: Path) -> None:
     text = render_ssh_config(tmp_path, 2222, verify=False)
     assert "StrictHostKeyChecking no" in text
     assert "UserKnownHostsFile /dev/null" in text
@@ -91,7 +91,7 @@ def test_client_config_of_an_old_secret_skips_host_key_checks(tmp_path):
     assert "Port 2222" in text
 
 
-def test_pod_environment_is_passed_on_without_shell_state():
+def test_pod_environment_is_passed_on_without_shell_state() -> None:
     env = passed_on_environment(
         {
             "PATH": "/opt/venv/bin:/usr/bin",
@@ -112,7 +112,7 @@ def test_pod_environment_is_passed_on_without_shell_state():
     }
 
 
-def test_keys_are_copied_with_the_modes_ssh_demands(tmp_path):
+def test_keys_are_copied_with_the_modes_ssh_demands(tmp_path: Path) -> None:
     secret = make_secret(tmp_path / "secret")
     private = tmp_path / "home" / ".ssh"
     install_keys(secret, private)
@@ -125,12 +125,12 @@ def test_keys_are_copied_with_the_modes_ssh_demands(tmp_path):
     ).read_bytes()
 
 
-def test_missing_secret_files_are_named(tmp_path):
+def test_missing_secret_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(SetupError, match=contract.SSH_AUTHORIZED_KEYS):
         install_keys(tmp_path, tmp_path / "private")
 
 
-def test_private_dir_is_its_own_under_home_or_falls_back_to_tmp(tmp_path):
+def test_private_dir_is_its_own_under_home_or_falls_back_to_tmp(tmp_path: Path) -> None:
     # Never ~/.ssh itself: that would overwrite the user's own keys.
     assert private_dir(tmp_path, 1000) == tmp_path / ".ssh" / "horovod"
     assert stat.S_IMODE((tmp_path / ".ssh" / "horovod").stat().st_mode) == 0o700
@@ -139,7 +139,7 @@ def test_private_dir_is_its_own_under_home_or_falls_back_to_tmp(tmp_path):
     assert private_dir(blocker, 1000) == Path("/tmp/horovod-ssh-1000")
 
 
-def test_strict_modes_rejects_world_writable_parents(tmp_path):
+def test_strict_modes_rejects_world_writable_parents(tmp_path: Path) -> None:
     safe = tmp_path / "safe"
     safe.mkdir(mode=0o700)
     open_dir = tmp_path / "open"
@@ -153,7 +153,7 @@ def test_strict_modes_rejects_world_writable_parents(tmp_path):
         assert is_safe_path(safe, uid)
 
 
-def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path):
+def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path: Path) -> None:
     if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
         skip_unless_ci(
             "openssh-server/openssh-client not installed (apt-get install openssh-server)"
@@ -182,7 +182,7 @@ def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path):
         server.wait(timeout=10)
 
 
-def test_client_only_prepares_the_launcher_and_runs_its_command(tmp_path):
+def test_client_only_prepares_the_launcher_and_runs_its_command(tmp_path: Path) -> None:
     secret = make_secret(tmp_path / "secret")
     home = tmp_path / "home"
     home.mkdir()
@@ -227,17 +227,19 @@ def _serve(secret: Path, private: Path, port: int, env: dict[str, str]) -> subpr
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 20
-    while True:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return server
+
+    def listening() -> bool:
         assert server.poll() is None, server.communicate()[0]
-        assert time.monotonic() < deadline, "sshd did not listen"
-        time.sleep(0.1)
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, 20, 0.1, f"sshd listening on {port}")
+    return server
 
 
-def test_the_launcher_accepts_only_the_job_host_key_whatever_horovodrun_asks(tmp_path):
+def test_the_launcher_accepts_only_the_job_host_key_whatever_horovodrun_asks(
+    tmp_path: Path,
+) -> None:
     if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
         skip_unless_ci(
             "openssh-server/openssh-client not installed (apt-get install openssh-server)"

@@ -187,7 +187,7 @@ def test_leader_election_fails_over_without_a_second_child(
             30,
             "a leader",
         )
-        leader = next(op for op in replicas if f"-{op.proc.pid}-" in holder)  # type: ignore[union-attr]
+        leader = next(op for op in replicas if f"-{op.pid}-" in holder)
         standby = next(op for op in replicas if op is not leader)
         jobs.op = standby
         # No GPUs: the kwok nodes have 32 in all.

@@ -248,7 +248,7 @@ def test_image_pull_and_mount_problems_are_named_from_the_kubelets_reports(
     manifest["spec"]["worker"]["template"] = {"spec": {"nodeName": ghost_node}}
     jobs.apply(manifest)
     jobs.op.wait(lambda: jobs.pods("pull"), 20, "the worker pod")
-    waiting = {
+    waiting: dict[str, Any] = {
         "name": "worker",
         "image": "horovod-worker:0.1.0",
         "imageID": "",

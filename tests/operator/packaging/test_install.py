@@ -42,18 +42,18 @@ def test_install_operator_script_installs_only_the_operator(tmp_path: Path) -> N
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    # Only the venv counts: a PYTHONPATH of the caller (a checkout's packages) would
-    # make the worker importable there.
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    # As in the image: nothing from the caller's PYTHONPATH or this checkout (python -I)
+    # can stand in for what the script installed.
+    clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run(
         [str(src / "hack" / "install-operator.sh"), str(src)],
-        env={**env, "PIP": str(env_dir / "bin" / "pip")},
+        env={**clean_env, "PIP": str(env_dir / "bin" / "pip")},
         check=True,
         capture_output=True,
         timeout=600,
     )
     help_text = subprocess.run(
-        [str(python), "-m", "horovod_operator", "--help"],
+        [str(python), "-I", "-m", "horovod_operator", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -62,15 +62,14 @@ def test_install_operator_script_installs_only_the_operator(tmp_path: Path) -> N
     ).stdout
     assert "--namespace" in help_text
     worker = subprocess.run(
-        [str(python), "-c", "import horovod_worker"],
+        [str(python), "-I", "-c", "import horovod_worker"],
         capture_output=True,
         text=True,
         timeout=60,
-        env=env,
     )
     assert worker.returncode != 0 and "No module named 'horovod_worker'" in worker.stderr
     installed = subprocess.run(
-        [str(python), "-m", "pip", "list", "--format=freeze"],
+        [str(python), "-I", "-m", "pip", "list", "--format=freeze"],
         capture_output=True,
         text=True,
         check=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from localcluster.paths import REPO
 from localcluster.poll import wait_for
@@ -266,7 +267,7 @@ def test_helm_install_and_uninstall(cluster: KubeCluster, namespace: str) -> Non
 def test_server_side_dry_run_rejects_an_invalid_object(
     cluster: KubeCluster, namespace: str
 ) -> None:
-    bad = {
+    bad: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "bad"},
@@ -284,7 +285,7 @@ def test_server_side_dry_run_rejects_an_invalid_object(
     assert "spec.replicas: Invalid value: -1" in proc.stderr
     assert not cluster.exists("deployment", "bad", namespace)
     # The same object made valid passes the same dry run and still creates nothing.
-    bad["spec"]["replicas"] = 1  # type: ignore[index]
+    bad["spec"]["replicas"] = 1
     ok = cluster.apply(bad, namespace, False, "--server-side", "--dry-run=server")
     assert ok.returncode == 0, ok.stderr
     assert not cluster.exists("deployment", "bad", namespace)

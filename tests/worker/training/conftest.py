@@ -5,14 +5,10 @@ it the folder is skipped with the reason, except under CI (CI set): there a
 missing Horovod is a failure, so that a broken install cannot pass as green.
 """
 
-from pathlib import Path
-
 import pytest
 
 from tests.support.prerequisites import skip_unless_ci
 from tests.support.training import horovod_missing
-
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(autouse=True, scope="session")

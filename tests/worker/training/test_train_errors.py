@@ -2,16 +2,18 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import horovod_contract as contract
-from tests.support.training import REPO, horovodrun, worker_env
+from localcluster.paths import REPO
+from tests.support.training import Run, horovodrun, worker_env
 
 ERROR = "horovod_worker.train: error: "
 
 
-def assert_every_rank_failed_with(run, fragment: str, size: int = 2) -> None:
+def assert_every_rank_failed_with(run: Run, fragment: str, size: int = 2) -> None:
     assert run.returncode != 0, run.output[-3000:]
     for rank in range(size):
         errors = [line for line in run.rank_lines(rank) if line.startswith(ERROR)]
@@ -27,16 +29,16 @@ def assert_every_rank_failed_with(run, fragment: str, size: int = 2) -> None:
         (["--batch-size=0"], "--batch-size: must be a positive integer, got 0"),
     ],
 )
-def test_bad_arguments(args, fragment):
+def test_bad_arguments(args: list[str], fragment: str) -> None:
     assert_every_rank_failed_with(horovodrun(args, timeout=120), fragment)
 
 
-def test_missing_mnist_files(tmp_path):
+def test_missing_mnist_files(tmp_path: Path) -> None:
     run = horovodrun(["--dataset=mnist", f"--data-dir={tmp_path}"], timeout=120)
     assert_every_rank_failed_with(run, "MNIST files missing")
 
 
-def test_unwritable_checkpoint_dir_stops_every_rank(tmp_path):
+def test_unwritable_checkpoint_dir_stops_every_rank(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     run = horovodrun(["--epochs=1", f"--checkpoint-dir={blocker}/ckpt"], timeout=180)
@@ -45,12 +47,12 @@ def test_unwritable_checkpoint_dir_stops_every_rank(tmp_path):
     assert_every_rank_failed_with(run, f"rank 0: checkpoint dir {blocker}/ckpt is not writable")
 
 
-def test_size_mismatch_with_the_launcher_fails_loudly():
+def test_size_mismatch_with_the_launcher_fails_loudly() -> None:
     run = horovodrun(["--epochs=1"], env={contract.ENV_EXPECTED_SIZE: "3"}, timeout=180)
     assert_every_rank_failed_with(run, f"hvd.size() is 2 but {contract.ENV_EXPECTED_SIZE}=3")
 
 
-def test_a_process_alone_when_the_launcher_meant_two_fails():
+def test_a_process_alone_when_the_launcher_meant_two_fails() -> None:
     # What an MPI-built Horovod does without HOROVOD_CONTROLLER=gloo: size 1 each.
     done = subprocess.run(
         [sys.executable, "-m", "horovod_worker.train", "--epochs=1"],

@@ -54,19 +54,21 @@ def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     return run, out
 
 
-def test_two_gloo_ranks_learn_digits_and_end_identical(gloo_run):
+def test_two_gloo_ranks_learn_digits_and_end_identical(gloo_run: tuple[Run, Path]) -> None:
     run, _ = gloo_run
     assert_trained_together(run, run.result())
 
 
-def test_broadcast_makes_ranks_started_from_different_seeds_identical(gloo_run):
+def test_broadcast_makes_ranks_started_from_different_seeds_identical(
+    gloo_run: tuple[Run, Path],
+) -> None:
     result = gloo_run[0].result()
     initial = result["initial_checksums"]
     assert initial[0] != initial[1]  # the seeds did differ before the broadcast
     assert len(set(result["param_checksums"])) == 1
 
 
-def test_only_rank_0_writes_checkpoints_and_logs(gloo_run):
+def test_only_rank_0_writes_checkpoints_and_logs(gloo_run: tuple[Run, Path]) -> None:
     _, out = gloo_run
     assert sorted(p.name for p in (out / "ckpt-0").iterdir()) == [
         f"checkpoint-{epoch:04d}.pt" for epoch in range(1, EPOCHS + 1)
@@ -76,7 +78,7 @@ def test_only_rank_0_writes_checkpoints_and_logs(gloo_run):
     assert not (out / "logs-1").exists()
 
 
-def test_resume_equals_the_uninterrupted_run(gloo_run, tmp_path):
+def test_resume_equals_the_uninterrupted_run(gloo_run: tuple[Run, Path], tmp_path: Path) -> None:
     uninterrupted = gloo_run[0].result()
     args = [*COMMON, "--seed=1{rank}", f"--checkpoint-dir={tmp_path}/ckpt"]
     first = horovodrun([*args, "--epochs=1"], per_rank=True)
@@ -91,7 +93,7 @@ def test_resume_equals_the_uninterrupted_run(gloo_run, tmp_path):
     assert resumed["param_sq_norm"] == pytest.approx(uninterrupted["param_sq_norm"], rel=1e-6)
 
 
-def test_mpi_launch(tmp_path):
+def test_mpi_launch(tmp_path: Path) -> None:
     if shutil.which("mpirun") is None:
         skip_unless_ci("Open MPI not installed (apt-get install openmpi-bin libopenmpi-dev)")
     if not built_with("MPI"):

@@ -1,6 +1,7 @@
 """TensorFlow 2 + Horovod: the DistributedGradientTape loop and Keras fit, real processes."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ EPOCHS = 3
 COMMON = ["--framework=tensorflow", "--dataset=digits", "--batch-size=32", "--lr=0.05"]
 
 
-def assert_trained_together(run: Run, size: int = 2) -> dict:
+def assert_trained_together(run: Run, size: int = 2) -> dict[str, Any]:
     assert run.returncode == 0, run.output[-4000:]
     result = run.result()
     assert result["framework"] == "tensorflow"
@@ -44,13 +45,13 @@ def tape_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     return run, out
 
 
-def test_gradient_tape_ranks_learn_and_end_identical(tape_run):
+def test_gradient_tape_ranks_learn_and_end_identical(tape_run: tuple[Run, Path]) -> None:
     result = assert_trained_together(tape_run[0])
     assert result["mode"] == "tape"
     assert result["initial_checksums"][0] != result["initial_checksums"][1]
 
 
-def test_only_rank_0_writes_tensorflow_checkpoints_and_logs(tape_run):
+def test_only_rank_0_writes_tensorflow_checkpoints_and_logs(tape_run: tuple[Run, Path]) -> None:
     _, out = tape_run
     names = {p.name for p in (out / "ckpt-0").iterdir()}
     assert {"checkpoint", f"ckpt-{EPOCHS}.index"} <= names
@@ -58,7 +59,9 @@ def test_only_rank_0_writes_tensorflow_checkpoints_and_logs(tape_run):
     assert not (out / "ckpt-1").exists() and not (out / "logs-1").exists()
 
 
-def test_tape_resume_equals_the_uninterrupted_run(tape_run, tmp_path):
+def test_tape_resume_equals_the_uninterrupted_run(
+    tape_run: tuple[Run, Path], tmp_path: Path
+) -> None:
     uninterrupted = tape_run[0].result()
     args = [*COMMON, "--mode=tape", "--seed=1{rank}", f"--checkpoint-dir={tmp_path}/ckpt"]
     first = horovodrun([*args, "--epochs=1"], per_rank=True)
@@ -71,7 +74,7 @@ def test_tape_resume_equals_the_uninterrupted_run(tape_run, tmp_path):
     assert resumed["param_sq_norm"] == pytest.approx(uninterrupted["param_sq_norm"], rel=1e-5)
 
 
-def test_keras_fit_ranks_end_with_identical_weights():
+def test_keras_fit_ranks_end_with_identical_weights() -> None:
     # With Keras 3, horovod.tensorflow.keras's DistributedOptimizer silently does
     # not average in fit: ranks with different shards end with different weights.
     # The allgathered checksums catch exactly that.
