@@ -58,7 +58,7 @@ def test_install_operator_script_installs_only_the_operator(tmp_path: Path) -> N
         text=True,
         check=True,
         timeout=60,
-        env=env,
+        env=clean_env,
     ).stdout
     assert "--namespace" in help_text
     worker = subprocess.run(
@@ -73,7 +73,7 @@ def test_install_operator_script_installs_only_the_operator(tmp_path: Path) -> N
         capture_output=True,
         text=True,
         check=True,
-        env=env,
+        env=clean_env,
     ).stdout.lower()
     for heavy in ("torch==", "tensorflow", "horovod==", "scikit-learn"):
         assert heavy not in installed, f"{heavy} must not be in the operator image"
