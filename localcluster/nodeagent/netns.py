@@ -237,3 +237,22 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
             dst.shutdown(socket.SHUT_WR)
         with contextlib.suppress(OSError):
             src.shutdown(socket.SHUT_RD)
+
+
+def sandbox_command(namespace: str, *argv: str) -> list[str]:
+    """`argv` run in a pod's sandbox: its network namespace, plus a UTS namespace (its
+    own hostname) and a private mount namespace (its own /etc files and volumes).
+    The preflight check runs exactly this, so that it tests what pods will need."""
+    return [
+        "ip",
+        "netns",
+        "exec",
+        namespace,
+        "unshare",
+        "--uts",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        *argv,
+    ]

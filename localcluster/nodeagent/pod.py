@@ -317,21 +317,7 @@ class PodRunner(threading.Thread):
         assert self.netns is not None
         with open(log_path, "ab") as out:
             c.proc = subprocess.Popen(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    self.netns,
-                    "unshare",
-                    "--uts",
-                    "--mount",
-                    "--propagation",
-                    "private",
-                    "--",
-                    sys.executable,
-                    str(PODINIT),
-                    str(spec_file),
-                ],
+                netns.sandbox_command(self.netns, sys.executable, str(PODINIT), str(spec_file)),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 
+from .netns import sandbox_command
+
 
 class PreflightError(RuntimeError):
     """Names the cause and the fix."""
@@ -48,20 +50,7 @@ def check(prefix: str) -> None:
         ["ip", "netns", "add", probe],
         ["ip", "-n", probe, "link", "add", "br-probe", "type", "bridge"],
         ["ip", "-n", probe, "link", "add", "vp-probe", "type", "veth", "peer", "name", "vq-probe"],
-        [
-            "ip",
-            "netns",
-            "exec",
-            probe,
-            "unshare",
-            "--uts",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "hostname",
-            "preflight",
-        ],
+        sandbox_command(probe, "hostname", "preflight"),
     ]
     try:
         for step in steps:

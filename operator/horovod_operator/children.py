@@ -345,6 +345,9 @@ def launcher_failures(children: Children, launcher: LauncherStatus) -> list[Fail
     name = launcher.pod_name or "launcher"
     return [
         Failure(
-            pod=name, container=names.ROLE_LAUNCHER, exit_code=launcher.exit_code, reason="Error"
+            pod=name,
+            container=names.LAUNCHER_CONTAINER,
+            exit_code=launcher.exit_code,
+            reason="Error",
         )
     ]
