@@ -48,6 +48,10 @@ SIM_EXIT_CODE = "sim.horovod.ai/exit-code"
 SIM_REASON = "sim.horovod.ai/reason"
 SIM_MESSAGE = "sim.horovod.ai/message"
 KWOK_NODE_LABEL = "horovod.ai/node-kind"
+# Native gang scheduling (KEP-4671): scheduling.k8s.io/v1beta1 Workload and
+# PodGroup, beta and off by default in 1.37. The operator detects the API; this
+# cluster serves it so that the gang path is tested against the real scheduler.
+FEATURE_GATES = "--feature-gates=GenericWorkload=true"
 
 
 class ClusterError(RuntimeError):
@@ -181,6 +185,8 @@ def components(layout: Layout) -> list[Component]:
                 "--endpoint-reconciler-type=none",
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
+                FEATURE_GATES,
+                "--runtime-config=scheduling.k8s.io/v1beta1=true",
                 *_audit_flags(layout),
                 "--v=1",
             ],
@@ -205,6 +211,7 @@ def components(layout: Layout) -> list[Component]:
                 "--concurrent-job-syncs=20",
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
+                FEATURE_GATES,
                 "--v=1",
             ],
             "port",
@@ -219,6 +226,7 @@ def components(layout: Layout) -> list[Component]:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={p['kube-scheduler']}",
                 "--leader-elect=false",
+                FEATURE_GATES,
                 "--v=1",
             ],
             "port",

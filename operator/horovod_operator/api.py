@@ -248,12 +248,37 @@ class RunPolicy(_Model):
     )
     suspend: bool = Field(
         default=False,
-        description="True deletes the pods and keeps the job (Kueue-compatible); false resumes.",
+        description="True deletes the pods and keeps the job; false resumes.",
+    )
+
+
+class GangScheduling(_Model):
+    """All or nothing: the workers are placed together or not at all."""
+
+    policy: Literal["Auto", "Native", "None"] = Field(
+        default="Auto",
+        description="Auto: a native gang (a scheduling.k8s.io/v1beta1 PodGroup the "
+        "kube-scheduler places all-or-nothing) when the cluster serves that API, else "
+        "none. Native: require it; the job waits (Stalled/GangSchedulingUnavailable) on a "
+        "cluster without it. None: every pod is scheduled on its own. The launcher is "
+        "not in the group: it starts only once the workers run.",
+    )
+    min_available: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Workers that must be placeable at once before any is bound "
+        "(default: all of them). The schedule timeout is runPolicy.startupTimeoutSeconds: "
+        "a gang that cannot be placed fails then, naming what the scheduler said.",
     )
 
 
 class Scheduling(_Model):
-    """Scheduling hints copied onto every pod."""
+    """Scheduling hints copied onto every pod, and gang scheduling."""
+
+    gang: GangScheduling = Field(
+        default_factory=GangScheduling, description="Gang (all-or-nothing) scheduling."
+    )
 
     scheduler_name: str | None = Field(default=None, description="spec.schedulerName of pods.")
     priority_class_name: str | None = Field(
@@ -314,6 +339,12 @@ class HorovodJobSpec(_Model):
                 "launchMode: gloo is not supported yet (the SSH-free launch path comes "
                 "in a later release); use launchMode: mpi"
             )
+        wanted = self.scheduling.gang.min_available
+        if wanted is not None and wanted > self.worker.replicas:
+            raise ValueError(
+                f"scheduling.gang.minAvailable: {wanted} is more than worker.replicas "
+                f"({self.worker.replicas}); at most every worker can be placed"
+            )
         gpus = self.worker.resources.gpus() if self.worker.resources else None
         if gpus is not None and self.slots_per_worker > gpus:
             raise ValueError(
@@ -325,6 +356,10 @@ class HorovodJobSpec(_Model):
     def total_slots(self) -> int:
         """The rank count: replicas x slotsPerWorker."""
         return self.worker.replicas * self.slots_per_worker
+
+    def gang_size(self) -> int:
+        """The workers the gang needs placeable at once."""
+        return self.scheduling.gang.min_available or self.worker.replicas
 
 
 class ObjectMeta(BaseModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import copy
-from typing import Any
+from typing import Any, Final
 
 import horovod_contract as contract
 
@@ -32,6 +32,9 @@ def owner_reference(job: HorovodJob) -> Obj:
         "controller": True,
         "blockOwnerDeletion": True,
     }
+
+
+POD_GROUP_API_VERSION: Final = "scheduling.k8s.io/v1beta1"
 
 
 def _metadata(job: HorovodJob, name: str, labels: dict[str, str]) -> Obj:
@@ -258,8 +261,27 @@ def _pod_template(
     return metadata, pod_spec, container
 
 
-def new_worker_pod(job: HorovodJob, index: int, attempt: int) -> Obj:
-    """Worker pod `<job>-worker-<i>`: sshd by default, reachable as its hostname."""
+def new_pod_group(job: HorovodJob, attempt: int) -> Obj:
+    """The workers' gang for one attempt (scheduling.k8s.io/v1beta1 PodGroup,
+    KEP-4671): the kube-scheduler binds none of its pods until minCount of them
+    fit at once, so two jobs that each get part of the GPUs cannot wait on each
+    other forever. Its priority is the pods'."""
+    name = job.metadata.name
+    spec: Obj = {"schedulingPolicy": {"gang": {"minCount": job.spec.gang_size()}}}
+    if job.spec.scheduling.priority_class_name:
+        spec["priorityClassName"] = job.spec.scheduling.priority_class_name
+    labels = {**names.role_labels(name, names.ROLE_WORKER), names.LABEL_ATTEMPT: str(attempt)}
+    return {
+        "apiVersion": POD_GROUP_API_VERSION,
+        "kind": "PodGroup",
+        "metadata": _metadata(job, names.pod_group_name(name, attempt), labels),
+        "spec": spec,
+    }
+
+
+def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False) -> Obj:
+    """Worker pod `<job>-worker-<i>`: sshd by default, reachable as its hostname;
+    with `gang`, a member of the attempt's PodGroup."""
     name = job.metadata.name
     labels = {
         **names.role_labels(name, names.ROLE_WORKER),
@@ -272,6 +294,8 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int) -> Obj:
     )
     pod_spec["hostname"] = names.worker_name(name, index)
     pod_spec["subdomain"] = names.service_name(name)
+    if gang:
+        pod_spec["schedulingGroup"] = {"podGroupName": names.pod_group_name(name, attempt)}
 
     container.setdefault("command", list(contract.WORKER_SSHD_COMMAND))
     resources = job.spec.worker.resources

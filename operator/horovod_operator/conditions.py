@@ -52,6 +52,7 @@ REASON_PROGRESSING: Final = "Progressing"
 REASON_CREATE_FORBIDDEN: Final = "CreateForbidden"
 REASON_CHILD_CONFLICT: Final = "ChildConflict"
 REASON_OLD_CHILD: Final = "WaitingForPreviousJob"
+REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
 
 # The condition that each phase sets True; the others among them go False.
 PHASE_CONDITION: Final[dict[str, str]] = {

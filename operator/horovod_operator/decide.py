@@ -235,13 +235,24 @@ def _ensure_children(
         for i in range(job.spec.worker.replicas)
         if names.worker_name(job.metadata.name, i) not in existing
     ]
+    gang = gang_scheduled(job, seen)
+    if job.spec.scheduling.gang.policy == "Native" and not gang:
+        return  # no worker without its gang; stalled.problems says why
+    if missing and gang:
+        # Before its pods: the scheduler holds them until their group is complete.
+        want(builders.new_pod_group(job, attempt))
     for index in missing:
-        want(builders.new_worker_pod(job, index, attempt))
+        want(builders.new_worker_pod(job, index, attempt, gang))
     if missing or children.stray_launcher_pods or children.launcher_job is not None:
         return  # the launcher waits for the watch to show every worker
     policy = job.spec.run_policy.launcher_creation_policy
     if policy == "AtStartup" or all_workers_ready(status):
         want(builders.new_launcher_job(job, attempt))
+
+
+def gang_scheduled(job: HorovodJob, seen: Observation) -> bool:
+    """Whether the workers are placed as one native gang (a PodGroup)."""
+    return job.spec.scheduling.gang.policy != "None" and seen.gang_api
 
 
 # --- saying why a job does not progress --------------------------------------------------
@@ -252,7 +263,7 @@ def _report_progress(
 ) -> None:
     """Stalled names what blocks the job; reason and message say where it is; the
     startup timeout ends a start that does not finish."""
-    problems = stalled.problems(plan.creates, status, seen)
+    problems = stalled.problems(job, plan.creates, status, seen)
     if problems:
         reason, message = problems[0]
         if len(problems) > 1:

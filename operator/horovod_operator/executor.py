@@ -75,6 +75,8 @@ class Executor:
         self.stuck_pod_grace = stuck_pod_grace
         self.indexes = Indexes()
         self.memory: dict[Key, JobMemory] = {}
+        # Detected at start (handlers.startup): PodGroups for gangs can be created.
+        self.gang_api = False
 
     def forget(self, key: Key) -> None:
         self.memory.pop(key, None)
@@ -136,6 +138,7 @@ class Executor:
             host_key=generate_key_pair("horovod-job-host") if children.secret is None else None,
             stuck_pod_grace=self.stuck_pod_grace,
             restrict_templates=self.restrict_templates,
+            gang_api=self.gang_api,
         )
         return seen, memory
 
@@ -313,7 +316,7 @@ class Executor:
         """Create in dependency order (the pods mount the Secret and ConfigMap); the
         seconds until a refused create may be tried again, if any."""
         generation = int(body["metadata"].get("generation") or 0)
-        kinds = (("Secret", "ConfigMap", "Service"), ("Pod",), ("Job",))
+        kinds = (("Secret", "ConfigMap", "Service", "PodGroup"), ("Pod",), ("Job",))
         for stage_kinds in kinds:
             stage = [obj for obj in creates if obj["kind"] in stage_kinds]
             now = time.monotonic()
@@ -344,7 +347,9 @@ class Executor:
                 return False
             raise
         memory.refused.pop(name, None)
-        if kind in ("Pod", "Job"):
+        if kind in ("Pod", "Job", "PodGroup"):
+            # Not in the watch yet (a PodGroup never is: it is not watched); for
+            # PENDING_WRITE_TTL it is not created again.
             memory.creating[name] = time.monotonic()
         return True
 

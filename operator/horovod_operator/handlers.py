@@ -21,7 +21,7 @@ import kopf
 
 from . import metrics, names
 from .api import GROUP, PLURAL, VERSION
-from .kube import Kube, load_configuration
+from .kube import Kube, KubeError, load_configuration
 from .leader import LeaderElector
 from .reconciler import Reconciler
 from .settings import OperatorConfig
@@ -83,6 +83,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         stuck_pod_grace=config.stuck_pod_grace,
         active=not config.leader_elect,
         restrict_templates=config.restrict_templates,
+    )
+    # Native gang scheduling needs the Workload API (beta, off by default in 1.37):
+    # detected, never assumed. A cluster that enables it later needs a restart.
+    try:
+        reconciler.executor.gang_api = await kube.serves("scheduling.k8s.io/v1beta1", "podgroups")
+    except KubeError as error:
+        logger.warning("cannot tell whether PodGroups are served (%s); assuming not", error)
+    logger.info(
+        "native gang scheduling (scheduling.k8s.io/v1beta1 PodGroup): %s",
+        "served" if reconciler.executor.gang_api else "not served",
     )
     memo.elector = None
     if config.leader_elect:

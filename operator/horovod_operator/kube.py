@@ -109,6 +109,7 @@ _PATHS: Final[dict[str, str]] = {
     "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
     "HorovodJob": f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}",
     "Lease": "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
+    "PodGroup": "/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
 }
 
 
@@ -179,6 +180,16 @@ class Kube:
                 str(data.get("message") or raw[:500]),
             )
         return data
+
+    async def serves(self, group_version: str, plural: str) -> bool:
+        """Whether the API server serves `plural` in `group_version` (discovery)."""
+        try:
+            data = await self._request("GET", "Discovery", f"/apis/{group_version}")
+        except KubeError as error:
+            if error.not_found:
+                return False
+            raise
+        return any(r.get("name") == plural for r in data.get("resources") or [])
 
     # --- children ------------------------------------------------------------------------
 

@@ -57,6 +57,11 @@ def launcher_name(job: str) -> str:
     return f"{job}-launcher"
 
 
+def pod_group_name(job: str, attempt: int) -> str:
+    """The workers' gang of one attempt: a restart's pods form a new group."""
+    return f"{job}-gang-{attempt}"
+
+
 def worker_host(job: str, namespace: str, index: int) -> str:
     """The DNS name of a worker pod through the headless Service."""
     return f"{worker_name(job, index)}.{service_name(job)}.{namespace}.svc"

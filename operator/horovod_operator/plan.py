@@ -57,6 +57,8 @@ class Observation:
     stuck_pod_grace: float = 60.0
     # The opt-in template policy (--restrict-templates): see validation.py.
     restrict_templates: bool = False
+    # The cluster serves scheduling.k8s.io/v1beta1 PodGroup (native gang scheduling).
+    gang_api: bool = False
 
 
 @dataclass(frozen=True)

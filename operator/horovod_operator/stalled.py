@@ -8,9 +8,10 @@ server's refusals, then each pod the scheduler or kubelet cannot start.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from . import names
-from .api import HorovodJobStatus
+from .api import HorovodJob, HorovodJobStatus
 from .children import (
     Obj,
     attempt_of,
@@ -21,16 +22,32 @@ from .children import (
     pod_phase,
     pod_problem,
 )
-from .conditions import REASON_CHILD_CONFLICT, REASON_CREATE_FORBIDDEN, REASON_OLD_CHILD
+from .conditions import (
+    REASON_CHILD_CONFLICT,
+    REASON_CREATE_FORBIDDEN,
+    REASON_GANG_UNAVAILABLE,
+    REASON_OLD_CHILD,
+)
 from .phases import due_time
 from .plan import Observation
 
 
 def problems(
-    creates: list[dict[str, object]], status: HorovodJobStatus, seen: Observation
+    job: HorovodJob, creates: list[dict[str, object]], status: HorovodJobStatus, seen: Observation
 ) -> list[tuple[str, str]]:
     children = seen.children
     problems: list[tuple[str, str]] = []
+    if job.spec.scheduling.gang.policy == "Native" and not seen.gang_api:
+        problems.append(
+            (
+                REASON_GANG_UNAVAILABLE,
+                "spec.scheduling.gang.policy is Native, but the cluster does not serve "
+                "scheduling.k8s.io/v1beta1 PodGroup; no worker is created without its gang. "
+                "Fix: enable the GenericWorkload feature gate on kube-apiserver (with "
+                "--runtime-config=scheduling.k8s.io/v1beta1=true), kube-controller-manager "
+                "and kube-scheduler, then restart the operator; or set the policy to Auto",
+            )
+        )
     job_name = str(seen.body["metadata"]["name"])
     wanted = {_created_name(obj) for obj in creates}
     needed = _needed_names(job_name, status)
@@ -49,13 +66,21 @@ def problems(
             )
         elif refusal.code == 409:
             problems.append((REASON_CHILD_CONFLICT, refusal.message))
+    stuck = []
     for pod in [*_current(children.workers, status), *children.launcher_pods]:
         if pod_phase(pod) != "Pending" or is_terminating(pod):
             continue
         found = pod_problem(pod) or seen.pod_warnings.get(name_of(pod))
         if found is not None:
-            problems.append((found[0], f"pod {name_of(pod)}: {found[1]}"))
-    return problems
+            stuck.append((found[0], f"pod {name_of(pod)}: {found[1]}"))
+    # In a gang, one pod says what is short ("Insufficient nvidia.com/gpu") and the
+    # others only that the group is incomplete: name the shortage first.
+    stuck.sort(key=lambda problem: _GANG_ONLY in problem[1])
+    return [*problems, *stuck]
+
+
+# How kube-scheduler words a gang member held back only because its group is incomplete.
+_GANG_ONLY: Final = "cannot be satisfied:"
 
 
 def _created_name(obj: Obj) -> str:

@@ -33,6 +33,14 @@ SPEC_RULES: Final[list[Any]] = [
         "reason": "FieldValueInvalid",
     },
     {
+        "rule": "self.?scheduling.?gang.?minAvailable.orValue(1) <= "
+        "self.?worker.?replicas.orValue(1)",
+        "message": "scheduling.gang.minAvailable is more than worker.replicas; at most "
+        "every worker can be placed",
+        "fieldPath": ".scheduling.gang.minAvailable",
+        "reason": "FieldValueInvalid",
+    },
+    {
         "rule": "self.launchMode != 'gloo'",
         "message": "launchMode: gloo is not supported yet; use launchMode: mpi",
         "fieldPath": ".launchMode",

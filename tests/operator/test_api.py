@@ -45,7 +45,11 @@ def test_camel_case_round_trip() -> None:
     assert job.spec.total_slots() == 12
     dumped = job.spec.model_dump(by_alias=True, exclude_none=True)
     assert dumped["runPolicy"]["activeDeadlineSeconds"] == 60
-    assert dumped["scheduling"] == {"priorityClassName": "high", "queue": "gpus"}
+    assert dumped["scheduling"] == {
+        "priorityClassName": "high",
+        "queue": "gpus",
+        "gang": {"policy": "Auto"},
+    }
     # What the aliases write reads back as the same spec.
     assert parse_job({**body(), "spec": dumped}).spec == job.spec
 
@@ -130,3 +134,24 @@ def test_an_empty_image_takes_the_operators_default() -> None:
     )
     job_body["spec"]["image"] = "mine:1"
     assert parse_job(job_body, default_image="registry.local/worker:2").spec.image == "mine:1"
+
+
+def test_min_available_above_the_replicas_names_the_field() -> None:
+    gang: dict[str, Any] = {"minAvailable": 3}
+    raw = {
+        "apiVersion": "horovod.ai/v1alpha1",
+        "kind": "HorovodJob",
+        "metadata": {"name": "g", "namespace": "ns"},
+        "spec": {
+            "image": "img",
+            "command": ["train"],
+            "worker": {"replicas": 2},
+            "scheduling": {"gang": gang},
+        },
+    }
+    with pytest.raises(ValidationError, match=r"scheduling.gang.minAvailable: 3 .*replicas \(2\)"):
+        parse_job(raw)
+    gang["minAvailable"] = 1
+    assert parse_job(raw).spec.gang_size() == 1
+    del gang["minAvailable"]
+    assert parse_job(raw).spec.gang_size() == 2

@@ -831,3 +831,62 @@ def test_the_template_policy_rejects_an_edit_of_a_running_job() -> None:
     assert stored(plan)["phase"] == "Running"
     assert "rule HostNamespaces" in cond(plan, "SpecRejected")[2]
     assert plan.deletes == []
+
+
+# --- gang scheduling ----------------------------------------------------------------------
+
+
+def test_a_gang_is_created_before_its_workers_which_join_it() -> None:
+    plan = decide(observe(body(), gang_api=True))
+    assert created(plan) == ["PodGroup/j-gang-0", "Pod/j-worker-0", "Pod/j-worker-1"]
+    group = plan.creates[0]
+    assert group["apiVersion"] == "scheduling.k8s.io/v1beta1"
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 2}}}
+    assert group["metadata"]["ownerReferences"][0]["uid"] == UID
+    for pod in plan.creates[1:]:
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "j-gang-0"}
+
+
+def test_a_gang_takes_min_available_and_the_priority_class() -> None:
+    job = body(
+        worker={"replicas": 4},
+        scheduling={"priorityClassName": "high", "gang": {"minAvailable": 3}},
+    )
+    group = decide(observe(job, with_infra=False, gang_api=True)).creates[3]
+    assert group["kind"] == "PodGroup"
+    assert group["spec"] == {
+        "schedulingPolicy": {"gang": {"minCount": 3}},
+        "priorityClassName": "high",
+    }
+
+
+def test_a_restarted_attempt_forms_a_new_gang() -> None:
+    status = {**RUNNING, "phase": "Restarting", "restarts": 1, "launcher": None}
+    plan = decide(observe(body(status), [], gang_api=True))
+    assert created(plan) == ["PodGroup/j-gang-1", "Pod/j-worker-0", "Pod/j-worker-1"]
+    assert plan.creates[1]["spec"]["schedulingGroup"] == {"podGroupName": "j-gang-1"}
+
+
+@pytest.mark.parametrize(("policy", "served"), [("Auto", False), ("None", True)])
+def test_no_gang_without_the_api_or_when_turned_off(policy: str, served: bool) -> None:
+    plan = decide(observe(body(scheduling={"gang": {"policy": policy}}), gang_api=served))
+    assert created(plan) == ["Pod/j-worker-0", "Pod/j-worker-1"]
+    assert all("schedulingGroup" not in pod["spec"] for pod in plan.creates)
+
+
+def test_a_required_gang_on_a_cluster_without_the_api_creates_no_worker_and_says_why() -> None:
+    plan = decide(observe(body(scheduling={"gang": {"policy": "Native"}})))
+    assert created(plan) == []
+    state, reason, message = cond(plan, "Stalled")
+    assert (state, reason) == ("True", "GangSchedulingUnavailable")
+    assert "GenericWorkload" in message and "policy to Auto" in message
+    assert stored(plan)["reason"] == "GangSchedulingUnavailable"
+    assert [e.reason for e in plan.events] == ["GangSchedulingUnavailable"]
+
+
+def test_the_workers_still_missing_in_a_gang_get_their_group_again() -> None:
+    # One worker was created, the other refused: its retry names the same group
+    # (a 409 on the group is ours and is fine).
+    pending = {**RUNNING, "phase": "Pending", "launcher": None}
+    plan = decide(observe(body(pending), [worker(0, phase="Pending", ready=False)], gang_api=True))
+    assert created(plan) == ["PodGroup/j-gang-0", "Pod/j-worker-1"]

@@ -39,7 +39,7 @@ app.kubernetes.io/component: operator
 
 {{/*
 The rules the operator needs, and nothing more. Shared by the ClusterRole
-(all namespaces) and the per-namespace Roles; tests/integration/test_chart.py
+(all namespaces) and the per-namespace Roles; tests/operator/integration/test_chart.py
 checks with `kubectl auth can-i` that nothing beyond them is granted.
 */}}
 {{- define "horovod-operator.rules" -}}
@@ -73,4 +73,9 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "list"]
+# Native gang scheduling: a PodGroup per attempt, created before its workers
+# (get: a 409 is checked to be the job's own). Garbage collection deletes them.
+- apiGroups: ["scheduling.k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["get", "create"]
 {{- end }}

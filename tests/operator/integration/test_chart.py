@@ -33,6 +33,7 @@ EXPECTED_RULES = {
     "configmaps": {"get", "list", "watch", "create", "patch", "delete"},
     "jobs.batch": {"get", "list", "watch", "create", "delete"},
     "events": {"create", "list"},
+    "podgroups.scheduling.k8s.io": {"get", "create"},
     "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
     "namespaces": {"get", "list", "watch"},
 }

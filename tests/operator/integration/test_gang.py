@@ -1,0 +1,88 @@
+"""Native gang scheduling against the real kube-scheduler (Workload API, KEP-4671):
+two jobs that each fit but not together run one after the other, whole."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from horovod_operator.kube import Kube, load_configuration
+from tests.support.cluster import KubeCluster
+from tests.support.operator import Jobs, hvjob
+
+POOL_LABEL = "horovod.ai/test-pool"
+
+
+@pytest.fixture
+def pool(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, Any]]:
+    """Two kwok nodes of 8 GPUs that only this test's pods tolerate; the worker
+    template that lands there."""
+    nodes = cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:40]}-")
+    try:
+        for node in nodes:
+            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}")
+            cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
+        cluster.wait_nodes_ready()
+        yield {
+            "spec": {
+                "nodeSelector": {POOL_LABEL: namespace},
+                "tolerations": [{"key": POOL_LABEL, "operator": "Exists"}],
+            }
+        }
+    finally:
+        cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+
+
+def _gang_job(name: str, template: dict[str, Any]) -> dict[str, Any]:
+    manifest = hvjob(name, replicas=2)
+    manifest["spec"]["worker"]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    manifest["spec"]["worker"]["template"] = template
+    return manifest
+
+
+def test_two_gangs_that_fit_only_one_at_a_time_run_one_after_the_other_whole(
+    jobs: Jobs, cluster: KubeCluster, namespace: str, pool: dict[str, Any]
+) -> None:
+    names = ("first", "second")
+    for name in names:
+        jobs.apply(_gang_job(name, pool))
+
+    def bound(name: str) -> list[str]:
+        return [p["metadata"]["name"] for p in jobs.pods(name) if p["spec"].get("nodeName")]
+
+    winner = jobs.op.wait(
+        lambda: next((n for n in names if len(bound(n)) == 2), None), 60, "one whole gang bound"
+    )
+    waiting = next(n for n in names if n != winner)
+    # The other gang waits whole: not one of its pods holds a GPU it cannot use.
+    stalled = jobs.op.wait(lambda: jobs.condition(waiting, "Stalled"), 30, "the other Stalled")
+    assert stalled["reason"] == "Unschedulable", stalled
+    assert "Insufficient nvidia.com/gpu" in stalled["message"], stalled
+    jobs.op.stays(lambda: bound(waiting) == [], 2.0, f"no pod of {waiting} bound")
+    group = cluster.get("podgroup", f"{waiting}-gang-0", namespace)
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    assert group["metadata"]["ownerReferences"][0]["uid"] == jobs.uid(waiting)
+    for pod in jobs.pods(waiting):
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": f"{waiting}-gang-0"}
+
+    # The first finishes; its workers go (cleanPodPolicy Running) and the second
+    # is placed, whole, on the freed GPUs.
+    launcher = jobs.wait_running(winner)
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    jobs.wait_phase(winner, "Succeeded")
+    jobs.wait_running(waiting, timeout=90)
+    assert len(bound(waiting)) == 2
+
+
+def test_the_operator_detects_whether_the_server_serves_pod_groups(cluster: KubeCluster) -> None:
+    kube = Kube(load_configuration(str(cluster.kubeconfig)))
+    try:
+        assert asyncio.run(kube.serves("scheduling.k8s.io/v1beta1", "podgroups")) is True
+        assert asyncio.run(kube.serves("scheduling.k8s.io/v1beta1", "nothings")) is False
+        # A group version the server does not know answers 404: not served.
+        assert asyncio.run(kube.serves("scheduling.k8s.io/v9", "podgroups")) is False
+    finally:
+        kube.close()
