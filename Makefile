@@ -22,15 +22,11 @@ test-integration:  ## against the local control plane (tests/*/integration)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/pytest -ra -m integration
 
-<<<<<<< HEAD
 images:  ## the operator image horovod-operator:<version>; starts a Docker engine if none answers (hack/images.sh --help)
 	hack/images.sh engine
 	hack/images.sh operator
 
-lint:  ## ruff and mypy (strict for the operator, the contract and the tooling)
-=======
-lint:  ## ruff and mypy (strict for the operator, the contract, the tooling, the tests and bench)
->>>>>>> tests-typing
+lint:  ## ruff and mypy (strict: the operator, the contract, the tooling, the tests and bench)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
