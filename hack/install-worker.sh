@@ -217,7 +217,12 @@ if ((WITH_TF)); then
     [[ -n "$TF_INSTALLED" ]] || die "$TF_DIST is not installed in $PYTHON's environment (run without --skip-frameworks)"
 fi
 
-WORK="$(mktemp -d)"
+# Scratch space inside the environment, removed at exit: CMake writes the
+# directories of what it links into the library's run path, and a path under
+# /tmp there is one any local user could create at run time. Under the
+# environment's prefix (root-owned in the image) it cannot be.
+PREFIX="$("$PYTHON" -c 'import sys; print(sys.prefix)')"
+WORK="$(mktemp -d "$PREFIX/.horovod-build.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
 # ---- CUDA from the framework's wheels ------------------------------------------
@@ -426,7 +431,7 @@ if ((PRINT_ENV)); then
 fi
 CACHE_ROOT="${HOROVOD_WHEEL_CACHE:-$HOME/.cache/horovod-operator/wheels}"
 CACHE_DIR="$CACHE_ROOT/$KEY"
-STAMP="$("$PYTHON" -c 'import sys; print(sys.prefix)')/.horovod-build-key"
+STAMP="$PREFIX/.horovod-build-key"
 
 if ((USE_CACHE)) && [[ -f "$STAMP" && "$(cat "$STAMP")" == "$KEY" ]] &&
     [[ "$(pip_installed horovod)" == "$HOROVOD_VERSION" ]]; then

@@ -91,3 +91,5 @@ def test_patch_applies_to_the_pinned_sdist(tmp_path: Path) -> None:
     assert (
         "#if TENSORFLOW_VERSION >= 2006000000 && TENSORFLOW_VERSION < 2019000000 && HAVE_GPU" in xla
     )
+    ops = (source / "horovod/tensorflow/mpi_ops.cc").read_text()
+    assert "stream->platform_specific_handle().stream" in ops

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import fnmatch
+import json
 import re
 import shutil
 import subprocess
@@ -54,7 +55,7 @@ EXAMPLES = {
 FEATURES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow"}
 # Uncompressed size (docker image inspect), measured in docs/images.md, plus room
 # for patch releases of the wheels; a jump past it means something new came in.
-SIZE_BUDGET_GB = {"torch-cpu": 6.0, "torch-gpu": 6.5, "tf-cpu": 2.5, "tf-gpu": 7.0}
+SIZE_BUDGET_GB = {"torch-cpu": 6.0, "torch-gpu": 6.0, "tf-cpu": 2.5, "tf-gpu": 8.0}
 # What a runtime image must not hold: compilers, linkers, build systems, and the
 # Debian packages that bring them.
 COMPILERS = ("gcc", "g++", "cc", "c++", "cpp", "nvcc", "cicc", "cmake", "make", "ld", "as")
@@ -68,6 +69,11 @@ EXTENSIONS = {
     "tensorflow": "horovod/tensorflow/mpi_lib.*.so",
 }
 CUDA_MAJOR = {"pytorch": 13, "tensorflow": 12}
+# Importing these loads Horovod's extension (horovod.torch's __init__ alone would not).
+LOADS = {
+    "pytorch": "import torch, horovod.torch as hvd; from horovod.torch import mpi_lib_v2",
+    "tensorflow": "import tensorflow, horovod.tensorflow as hvd",
+}
 SITE = "/opt/venv/lib/python3.11/site-packages"
 
 WorkerImages = Callable[[str], WorkerImage]
@@ -116,6 +122,18 @@ def test_check_build_lists_the_framework_gloo_mpi_and_nccl_on_gpu(
     extensions = listing.stdout.split()
     assert len(extensions) == 1, listing.stdout + listing.stderr
     assert fnmatch.fnmatch(extensions[0], EXTENSIONS[image.framework]), extensions
+    # And it loads, after its framework (as a trainer imports them).
+    nccl = nccl_built(docker, image)
+    assert (nccl > 0) is image.gpu, nccl
+
+
+def nccl_built(docker: str, image: WorkerImage) -> int:
+    """Load Horovod's extension after its framework; hvd.nccl_built(): the NCCL
+    version it was compiled against (2.29.7 -> 22907), 0 without NCCL."""
+    load = LOADS[image.framework] + "; print(int(hvd.nccl_built()))"
+    loaded = run_in_image(docker, image.name, "python", "-c", load)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    return int(loaded.stdout.split()[-1])
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -168,7 +186,7 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
         "find / -xdev \\( -name 'libnccl.so*' -o -name 'libcudart.so*' -o -name 'libnccl_static*' "
         "-o -name 'libcudart_static*' \\) -print | sort"
     )
-    done = run_in_image(docker, image.name, "sh", "-c", script)
+    done = run_in_image(docker, image.name, "sh", "-c", script, options=("--user=0",))
     assert done.returncode == 0, done.stdout + done.stderr
     extension, ldd, libraries = (part.strip() for part in done.stdout.split("---\n"))
     resolved = ldd_resolutions(ldd)
@@ -185,15 +203,33 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
     assert len(cudart) == 1 and cudart[0].startswith(f"{SITE}/nvidia/"), found
     if f"libcudart.so.{major}" in resolved:
         assert resolved[f"libcudart.so.{major}"] == cudart[0], ldd
-    assert "not found" not in resolved.values(), ldd
-    # Only the image's own CUDA major: no library of another one is linked.
-    other_majors = [
-        name
-        for name in resolved
-        if re.match(r"lib(cudart|cublas|cublasLt|cufft|cusparse|cusolver|nvrtc)\.so\.\d+$", name)
-        and not name.endswith(f".{major}")
-    ]
-    assert other_majors == [], ldd
+    # Everything resolves but TensorFlow's own libraries, which Horovod links by
+    # path without a run path: `import tensorflow` has loaded them before.
+    unresolved = {name for name, path in resolved.items() if path == "not found"}
+    assert unresolved <= {"libtensorflow_framework.so.2", "libtensorflow_cc.so.2"}, ldd
+    # Every CUDA library the extension reaches comes from the framework's wheels.
+    cuda_libs = {n: p for n, p in resolved.items() if re.match(r"lib(cu|nv|nccl)", n)}
+    assert all(path.startswith(f"{SITE}/") for path in cuda_libs.values()), cuda_libs
+
+    # One CUDA major in the image: the framework's wheels, none of the other major.
+    listed = run_in_image(docker, image.name, "pip", "list", "--format=json")
+    nvidia = {
+        d["name"]: d["version"]
+        for d in json.loads(listed.stdout)
+        if d["name"].startswith("nvidia-")
+    }
+    if major == 13:
+        assert nvidia["nvidia-cuda-runtime"].startswith("13."), nvidia
+        assert [name for name in nvidia if name.endswith("-cu12")] == [], nvidia
+    else:
+        assert nvidia["nvidia-cuda-runtime-cu12"].startswith("12."), nvidia
+        assert [n for n in nvidia if n.endswith("-cu13") or n == "nvidia-cuda-runtime"] == []
+    assert [name for name in nvidia if name.startswith("nvidia-nccl")] == [f"nvidia-nccl-cu{major}"]
+    # Horovod was compiled against that same NCCL (its nccl.h).
+    nccl_major, nccl_minor, nccl_patch = (
+        int(n) for n in nvidia[f"nvidia-nccl-cu{major}"].split(".")[:3]
+    )
+    assert nccl_built(docker, image) == nccl_major * 10000 + nccl_minor * 100 + nccl_patch
 
     # The extension itself, read here: what it needs, and its CUDA kernels.
     container = f"hvk-inspect-{uuid.uuid4().hex[:8]}"
@@ -212,6 +248,13 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
     ).stdout
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic)
     assert "libnccl.so.2" in needed, dynamic
+    # The run path names the wheels' own folders, and none that anyone could make
+    # at run time (the build's scratch folders under /tmp were, once).
+    runpath = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*?)\]", dynamic)
+    assert runpath is not None, dynamic
+    entries = runpath.group(1).split(":")
+    assert f"{SITE}/nvidia/nccl/lib" in entries, entries
+    assert [e for e in entries if e.startswith(("/tmp", "/var/tmp", "/dev/shm"))] == []
     sections = subprocess.run(
         [readelf, "-S", "-W", str(copy)], capture_output=True, text=True, check=True
     ).stdout
