@@ -17,7 +17,7 @@
 #   4. print one JSON summary line (also $OUT/summary.json); logs in $OUT.
 #
 #   hack/gpu-check.sh [--out DIR] [--python PATH] [--bundle DIR] [--np N]
-#                     [--cc LIST] [--epochs N]
+#                     [--cc LIST] [--epochs N] [--build-only]
 #   hack/gpu-check.sh bundle [DIR]
 #
 #   --out DIR      where everything goes [$OUT, else .work/gpu-check/out]
@@ -27,6 +27,8 @@
 #   --np N         ranks [every GPU torch sees]
 #   --cc LIST      compute capabilities to build for [the first GPU's]
 #   --epochs N     the trainer's epochs [3]
+#   --build-only   step 1 only, and no GPU needed (with --cc): proves on any machine
+#                  with the same Python and torch that the bundle builds offline
 #   bundle [DIR]   here, with network: what the check installs offline, into DIR
 #                  [.work/gpu-check/bundle]: the Horovod sdist (SHA-256 checked),
 #                  nvcc as a CUDA toolkit folder made from PyPI's wheels at torch's
@@ -103,6 +105,7 @@ BUNDLE="$ROOT/.work/gpu-check/bundle"
 NP=""
 CC=""
 EPOCHS=3
+BUILD_ONLY=0
 while (($#)); do
     case "$1" in
         --out) OUT_DIR="${2:?--out needs a folder}"; shift 2 ;;
@@ -111,6 +114,7 @@ while (($#)); do
         --np) NP="${2:?--np needs a number}"; shift 2 ;;
         --cc) CC="${2:?--cc needs a list}"; shift 2 ;;
         --epochs) EPOCHS="${2:?--epochs needs a number}"; shift 2 ;;
+        --build-only) BUILD_ONLY=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
@@ -128,7 +132,7 @@ export PYTHONPATH="$ROOT/worker:$ROOT/contract${PYTHONPATH:+:$PYTHONPATH}"
 
 # ---- 0. the machine --------------------------------------------------------------------
 nvidia-smi >"$OUT_DIR/nvidia-smi.txt" 2>&1 || say "nvidia-smi failed (see nvidia-smi.txt)"
-"$PYTHON" - >"$OUT_DIR/machine.json" <<'EOF' || die "torch with CUDA is not usable here (see machine.json)"
+"$PYTHON" - "$BUILD_ONLY" >"$OUT_DIR/machine.json" <<'EOF' || die "torch with CUDA is not usable here (see machine.json)"
 import json, sys, torch
 gpus = torch.cuda.device_count()
 print(json.dumps({
@@ -136,12 +140,13 @@ print(json.dumps({
     "gpus": gpus, "names": [torch.cuda.get_device_name(i) for i in range(gpus)],
     "capabilities": ["%d%d" % torch.cuda.get_device_capability(i) for i in range(gpus)],
 }))
-sys.exit(0 if gpus and torch.version.cuda else 1)
+sys.exit(0 if torch.version.cuda and (gpus or sys.argv[1] == "1") else 1)
 EOF
 cat "$OUT_DIR/machine.json"
-read -r GPUS FIRST_CC TORCH_CUDA < <("$PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["gpus"], m["capabilities"][0], m["cuda"])' "$OUT_DIR/machine.json")
+read -r GPUS FIRST_CC TORCH_CUDA < <("$PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["gpus"], (m["capabilities"] or ["none"])[0], m["cuda"])' "$OUT_DIR/machine.json")
 NP="${NP:-$GPUS}"
-((NP <= GPUS)) || die "--np $NP but torch sees $GPUS GPU(s)"
+((NP <= GPUS || BUILD_ONLY)) || die "--np $NP but torch sees $GPUS GPU(s)"
+[[ -n "$CC" || "$FIRST_CC" != none ]] || die "no GPU to take the compute capability from: pass --cc"
 CC="${CC:-$FIRST_CC}"
 
 # ---- 1. build ----------------------------------------------------------------------------
@@ -149,9 +154,12 @@ WORK="$OUT_DIR/work"
 VENV="$WORK/venv"
 rm -rf "$WORK"
 mkdir -p "$WORK/wheels/sdist"
-# A venv over the machine's Python: it sees torch and its nvidia-* wheels, and
-# Horovod goes into it, not into the machine's Python.
-"$PYTHON" -m venv --system-site-packages "$VENV"
+# A venv of its own that sees the machine's packages (torch and its nvidia-*
+# wheels) through a .pth file: Horovod goes into it, not into the machine's
+# Python. (--system-site-packages would not do when that Python is a venv.)
+"$PYTHON" -m venv "$VENV"
+"$PYTHON" -c 'import site, sys; print("\n".join(p for p in site.getsitepackages() if p))' \
+    >"$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpu-check-base.pth"
 if [[ -d "$BUNDLE/wheels" ]]; then
     export PIP_NO_INDEX=1 PIP_FIND_LINKS="$BUNDLE/wheels"
     say "installing offline from $BUNDLE/wheels"
@@ -194,6 +202,11 @@ out, rc, seconds, cc, compiler = sys.argv[1:]
 json.dump({"rc": int(rc), "seconds": int(seconds), "cc_list": cc, "nvcc": compiler}, open(out, "w"))
 EOF
 say "build exit $rc in ${build_seconds}s (build.log)"
+if ((BUILD_ONLY)); then
+    cat "$OUT_DIR/build.json"
+    tail -n 16 "$OUT_DIR/build.log"
+    exit "$rc"
+fi
 
 # ---- 2. the trainer, 3. the probe ------------------------------------------------------------
 if ((rc == 0)); then

@@ -231,8 +231,6 @@ trap 'rm -rf "$WORK"' EXIT
 # versions for the cache key. Nothing is installed into the environment.
 cuda_from_wheels() {
     local site nv
-    site="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-    nv="$site/nvidia"
     local dist
     RUNTIME_VERSION=""
     for dist in nvidia-cuda-runtime nvidia-cuda-runtime-cu13 nvidia-cuda-runtime-cu12; do
@@ -241,6 +239,16 @@ cuda_from_wheels() {
     done
     [[ -n "$RUNTIME_VERSION" ]] ||
         die "--cuda-from-wheels: no nvidia-cuda-runtime wheel in $PYTHON's environment (torch from PyPI and tensorflow[and-cuda] bring one)"
+    # Where the wheels are: the site-packages that holds the runtime's
+    # distribution (not necessarily the environment's own, e.g. a venv that sees
+    # another environment's packages through a .pth file).
+    site="$("$PYTHON" - "$dist" <<'EOF'
+import sys
+from importlib import metadata
+print(metadata.distribution(sys.argv[1]).locate_file(""))
+EOF
+)"
+    nv="$site/nvidia"
     local major="${RUNTIME_VERSION%%.*}" rest="${RUNTIME_VERSION#*.}"
     local minor="${rest%%.*}"
     if [[ -z "$CC_LIST" ]]; then
