@@ -16,15 +16,16 @@ test: bootstrap  ## every test: unit, integration (real control plane), training
 
 test-unit: ## pure tests, no cluster (tests mirror the code: tests/operator, tests/worker, tests/tooling)
 	SKIP_WORKER=1 hack/bootstrap.sh
-	.venv/bin/pytest -ra -m "not integration and not e2e and not training"
+	.venv/bin/pytest -ra -m "not integration and not e2e and not training and not images"
 
 test-integration:  ## against the local control plane (tests/*/integration)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/pytest -ra -m integration
 
-images:  ## the operator image horovod-operator:<version>; starts a Docker engine if none answers (hack/images.sh --help)
+images:  ## the operator image and the four worker images (docs/images.md); starts a Docker engine if none answers (hack/images.sh --help)
 	hack/images.sh engine
 	hack/images.sh operator
+	hack/images.sh worker
 
 lint:  ## ruff and mypy (strict: the operator, the contract, the tooling, the tests and bench)
 	SKIP_WORKER=1 hack/bootstrap.sh

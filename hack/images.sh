@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Container images, with nothing but this script: a Docker engine, the base
-# images the Dockerfiles name, and the operator image. No registry has to be
-# reachable: a base image that can be neither found nor pulled is made here
-# from Debian packages (mmdebstrap), and pip reaches PyPI through the host's CA
-# bundle, handed to the build as an optional BuildKit secret.
+# images the Dockerfiles name, the operator image and the worker images. No
+# registry has to be reachable: a base image that can be neither found nor
+# pulled is made here from Debian packages (mmdebstrap), and pip reaches PyPI
+# through the host's CA bundle, handed to the build as an optional BuildKit
+# secret.
 #
 #   hack/images.sh engine        install Debian's docker.io when dockerd is absent (root),
 #                                then start dockerd in the background when no daemon answers
@@ -16,6 +17,12 @@
 #   hack/images.sh froms [DOCKERFILE...]
 #                                the base images those Dockerfiles name (ARG defaults applied)
 #   hack/images.sh operator      the bases of Dockerfile.operator, then horovod-operator:<version>
+#   hack/images.sh worker [TARGET...]
+#                                the bases of Dockerfile.worker, then horovod-worker:<version>-<target>
+#                                for each TARGET [torch-cpu tf-cpu torch-gpu tf-gpu], with the pins
+#                                of hack/versions.env as build arguments
+#   hack/images.sh worker-targets
+#                                the targets `worker` builds by default, one a line
 #   hack/images.sh version       the version images are tagged with (pyproject.toml)
 #   hack/images.sh cli           the docker CLI this script uses (one that builds with BuildKit)
 #
@@ -24,7 +31,7 @@
 #                      [~/.cache/horovod-operator/docker]
 #   IMAGES_CA_BUNDLE   CA bundle handed to builds as the secret "ca"
 #                      [/etc/ssl/certs/ca-certificates.crt when readable; empty: none]
-#   IMAGES_TAG         tag of the operator image [the version]
+#   IMAGES_TAG         tag of the operator image, and prefix of the worker images' tags [the version]
 #   DOCKER             the docker CLI [the first on PATH, then /usr/bin/docker, that builds
 #                      with BuildKit: a buildx plugin, or a client older than 23 (built in)]
 set -euo pipefail
@@ -318,16 +325,65 @@ operator() {
   revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
   local args=(build -f Dockerfile.operator -t "horovod-operator:$tag"
     --build-arg "VERSION=$ver" --build-arg "REVISION=$revision")
-  local ca="${IMAGES_CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}"
-  if [[ -n "$ca" && -r "$ca" ]]; then
-    args+=(--secret "id=ca,src=$ca")
-  elif [[ -n "$ca" ]]; then
-    say "no CA bundle at $ca; building without the secret \"ca\""
-  fi
+  local secret
+  mapfile -t secret < <(ca_secret_args)
+  args+=("${secret[@]}")
   say "building horovod-operator:$tag ($docker ${args[*]} .)"
   local start=$SECONDS
   DOCKER_BUILDKIT=1 "$docker" "${args[@]}" .
   say "built horovod-operator:$tag in $((SECONDS - start))s ($("$docker" image inspect --format '{{.Size}}' "horovod-operator:$tag" | awk '{printf "%.0f MB", $1 / 1e6}'))"
+}
+
+WORKER_TARGETS=(torch-cpu tf-cpu torch-gpu tf-gpu)
+# What Dockerfile.worker's ARGs take from hack/versions.env (each stage declares
+# only those it uses, so a pin rebuilds only the layers that depend on it).
+WORKER_PINS=(HOROVOD_VERSION HOROVOD_SDIST_SHA256 TORCH_VERSION TENSORFLOW_VERSION TF_KERAS_VERSION
+  TENSORBOARD_VERSION SCIKIT_LEARN_VERSION NUMPY_VERSION HOROVOD_CUDA13_CC_LIST HOROVOD_CUDA12_CC_LIST
+  CUDA12_NVCC_DEBIAN_VERSION)
+
+pin() { sed -n "s/^$1=//p" hack/versions.env | tail -n 1; }
+
+ca_secret_args() {
+  local ca="${IMAGES_CA_BUNDLE-/etc/ssl/certs/ca-certificates.crt}"
+  if [[ -n "$ca" && -r "$ca" ]]; then
+    printf '%s\n' --secret "id=ca,src=$ca"
+  elif [[ -n "$ca" ]]; then
+    say "no CA bundle at $ca; building without the secret \"ca\""
+  fi
+}
+
+worker() {
+  local docker
+  docker="$(need_daemon)"
+  local targets=("$@") target known
+  if ((${#targets[@]} == 0)); then targets=("${WORKER_TARGETS[@]}"); fi
+  for target in "${targets[@]}"; do
+    known=0
+    for candidate in "${WORKER_TARGETS[@]}"; do [[ "$candidate" == "$target" ]] && known=1; done
+    ((known)) || die "unknown worker target: $target (expected one of ${WORKER_TARGETS[*]})"
+  done
+  bases Dockerfile.worker
+  local ver tag revision name value
+  ver="$(version)"
+  tag="${IMAGES_TAG:-$ver}"
+  revision="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  local args=(--build-arg "VERSION=$ver" --build-arg "REVISION=$revision")
+  for name in "${WORKER_PINS[@]}"; do
+    value="$(pin "$name")"
+    [[ -n "$value" ]] || die "$name is missing from hack/versions.env"
+    args+=(--build-arg "$name=$value")
+  done
+  local secret
+  mapfile -t secret < <(ca_secret_args)
+  args+=("${secret[@]}")
+  local image start
+  for target in "${targets[@]}"; do
+    image="horovod-worker:$tag-$target"
+    say "building $image (target $target of Dockerfile.worker)"
+    start=$SECONDS
+    DOCKER_BUILDKIT=1 "$docker" build -f Dockerfile.worker --target "$target" -t "$image" "${args[@]}" .
+    say "built $image in $((SECONDS - start))s ($("$docker" image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}'))"
+  done
 }
 
 case "${1:-}" in
@@ -341,6 +397,8 @@ case "${1:-}" in
     from_images "$@"
     ;;
   operator) operator ;;
+  worker) shift; worker "$@" ;;
+  worker-targets) printf '%s\n' "${WORKER_TARGETS[@]}" ;;
   version) version ;;
   cli) docker_cli ;;
   -h | --help | help) usage ;;

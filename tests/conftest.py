@@ -1,6 +1,7 @@
 """The test suite's one set-up: the fixtures in tests/support/fixtures.py, and
 markers from where a test lives (…/integration: the local control plane;
-tests/e2e: whole jobs on the node agent; …/training: real horovodrun training).
+tests/e2e: whole jobs on the node agent; …/training: real horovodrun training;
+…/images: container images built and run with Docker).
 
 Tests mirror the code: tests/operator, tests/worker, tests/tooling (localcluster,
 bench, the kind script), and tests/e2e across all three. `tests` is a package and
@@ -14,10 +15,14 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.docker"]
 
 HERE = Path(__file__).resolve().parent
-MARKERS = {"integration": pytest.mark.integration, "training": pytest.mark.training}
+MARKERS = {
+    "integration": pytest.mark.integration,
+    "training": pytest.mark.training,
+    "images": pytest.mark.images,
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

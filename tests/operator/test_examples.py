@@ -23,7 +23,9 @@ def test_example_validates(path: Path) -> None:
         if document.get("kind") != "HorovodJob":
             continue
         job = parse_job(document)
-        assert job.spec.image == "horovod-worker:0.1.0"
+        # The GPU worker image of the example's framework (Dockerfile.worker's targets).
+        framework = "tf" if "--framework=tensorflow" in job.spec.command else "torch"
+        assert job.spec.image == f"horovod-worker:0.1.0-{framework}-gpu"
         assert job.spec.command[:3] == ["python", "-m", "horovod_worker.train"]
         command = launcher_command(job.spec)
         start = command.index("horovodrun")

@@ -26,21 +26,31 @@ def test_worker_versions_are_pinned_in_versions_env() -> None:
         "TF_KERAS_VERSION",
         "SCIKIT_LEARN_VERSION",
         "NUMPY_VERSION",
-        "WORKER_BASE_IMAGE",
+        "HOROVOD_CUDA13_CC_LIST",
+        "HOROVOD_CUDA12_CC_LIST",
+        "CUDA12_NVCC_DEBIAN_VERSION",
     ):
         assert pins.get(key), key
     assert pins["HOROVOD_VERSION"] == "0.28.1"
     # Keras 3 breaks horovod.tensorflow.keras: tf-keras must match TensorFlow.
     assert pins["TF_KERAS_VERSION"] == pins["TENSORFLOW_VERSION"]
+    for key in ("HOROVOD_CUDA13_CC_LIST", "HOROVOD_CUDA12_CC_LIST"):
+        assert re.fullmatch(r"\d+(,\d+)*", pins[key]), key
+    # nvcc 12.4 (Debian's) knows nothing after sm_90.
+    assert max(int(cc) for cc in pins["HOROVOD_CUDA12_CC_LIST"].split(",")) <= 90
 
 
-def test_dockerfile_uses_the_install_script_and_the_pinned_base() -> None:
+def test_dockerfile_builds_with_the_install_scripts() -> None:
     text = (REPO / "Dockerfile.worker").read_text()
-    base = re.search(r"^ARG WORKER_BASE_IMAGE=(\S+)$", text, re.M)
-    assert base and base.group(1) == read_versions()["WORKER_BASE_IMAGE"]
-    assert re.search(r"hack/install-worker\.sh .*--nccl", text)
+    # The frameworks in their own layers, Horovod built by install-worker.sh after them.
+    assert len(re.findall(r"hack/install-frameworks\.sh --python /opt/venv/bin/python", text)) == 3
+    builds = re.findall(r"hack/install-worker\.sh --python /opt/venv/bin/python [^\n]*", text)
+    assert len(builds) == 4 and all("--skip-frameworks" in line for line in builds)
+    assert len(re.findall(r"--cuda-from-wheels", text)) == 2
+    assert "--cuda-compiler /opt/cuda12-nvcc" in text
     assert 'CMD ["python", "-m", "horovod_worker.sshd"]' in text
-    assert "openssh-server" in text and "libopenmpi-dev" in text and "libnccl-dev" in text
+    assert "openssh-server" in text and "libopenmpi-dev" in text
+    assert re.findall(r"^FROM (\S+)", text, re.M).count("debian:bookworm-slim") == 3
 
 
 def test_script_is_valid_bash_with_help_and_clear_argument_errors() -> None:
@@ -81,3 +91,5 @@ def test_patch_applies_to_the_pinned_sdist(tmp_path: Path) -> None:
     assert (
         "#if TENSORFLOW_VERSION >= 2006000000 && TENSORFLOW_VERSION < 2019000000 && HAVE_GPU" in xla
     )
+    ops = (source / "horovod/tensorflow/mpi_ops.cc").read_text()
+    assert "stream->platform_specific_handle().stream" in ops

@@ -18,7 +18,6 @@ for tool in docker kind kubectl helm python3; do
 done
 cluster="${KIND_CLUSTER:-horovod-e2e}"
 tag="e2e-$(git rev-parse --short HEAD 2>/dev/null || echo local)"
-worker_base="${WORKER_BASE_IMAGE:-$(sed -n 's/^WORKER_BASE_IMAGE=//p' hack/versions.env)}"
 helpers="python3 tests/e2e/kind/kind_e2e.py"
 
 cleanup() {
@@ -26,25 +25,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== kind cluster $cluster (${KIND_NODE_IMAGE:-kind's default node image})"
+echo "== kind cluster $cluster (${KIND_NODE_IMAGE:-the default node image of kind})"
 kind create cluster --name "$cluster" ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} --wait 180s
 
 echo "== images"
-docker build -f Dockerfile.operator -t "horovod-operator:$tag" .
-docker build -f Dockerfile.worker --build-arg WORKER_BASE_IMAGE="$worker_base" -t "horovod-worker:$tag" .
-kind load docker-image --name "$cluster" "horovod-operator:$tag" "horovod-worker:$tag"
+# kind nodes have no GPUs: the CPU worker images (see docs/images.md).
+DOCKER_BUILDKIT=1 docker build -f Dockerfile.operator -t "horovod-operator:$tag" .
+for target in torch-cpu tf-cpu; do
+  DOCKER_BUILDKIT=1 docker build -f Dockerfile.worker --target "$target" -t "horovod-worker:$tag-$target" .
+done
+kind load docker-image --name "$cluster" "horovod-operator:$tag" "horovod-worker:$tag-torch-cpu" "horovod-worker:$tag-tf-cpu"
 
 echo "== chart"
 helm install horovod-operator charts/horovod-operator --namespace horovod-system --create-namespace \
   --set image.repository=horovod-operator --set image.tag="$tag" --set image.pullPolicy=Never \
-  --set workerImage="horovod-worker:$tag" --wait --timeout 180s
+  --set workerImage="horovod-worker:$tag-torch-cpu" --wait --timeout 180s
 
 failed=0
 for example in examples/*.yaml; do
   name="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$example")"
   expect="$($helpers expected "$example")"
   echo "== $example: $name, expecting $expect"
-  $helpers cpu-variant "$example" --image "horovod-worker:$tag" | kubectl apply -n default -f -
+  case "$(basename "$example")" in
+    tensorflow-*) image="horovod-worker:$tag-tf-cpu" ;;
+    *) image="horovod-worker:$tag-torch-cpu" ;;
+  esac
+  $helpers cpu-variant "$example" --image "$image" | kubectl apply -n default -f -
   if ! $helpers wait "$name" --namespace default --expect "$expect" --timeout "${JOB_TIMEOUT:-1200}"; then
     failed=1
   fi

@@ -1,10 +1,11 @@
 """The operator image against the real control plane.
 
-hack/images.sh starts a Docker engine (session fixture; a daemon it started is
-stopped at the end, one that was running already is left alone) and builds
-Dockerfile.operator. The image then runs as the chart runs it, as a container
-on the host network: its own non-root user, a read-only root filesystem, no
-capabilities, the test cluster's kubeconfig mounted read-only. It drives a
+hack/images.sh starts a Docker engine (the session fixture `docker` of
+tests/support/docker.py: a daemon it started is stopped at the end, one that was
+running already is left alone) and builds Dockerfile.operator. The image then
+runs as the chart runs it, as a container on the host network: its own non-root
+user, a read-only root filesystem, no capabilities, the test cluster's
+kubeconfig mounted read-only. It drives a
 HorovodJob to Succeeded on kwok's nodes, as test_operator_core's subprocess does.
 
 Where no Docker engine can be had (no root to install or start one), the test
@@ -16,42 +17,15 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from localcluster.paths import REPO
 from tests.support.cluster import KubeCluster
+from tests.support.docker import images, inspect_image
 from tests.support.operator import Jobs, Operator, condition, hvjob
-from tests.support.prerequisites import skip_unless_ci
-
-IMAGES = REPO / "hack" / "images.sh"
-
-
-def images(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(IMAGES), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
-
-
-@pytest.fixture(scope="session")
-def docker() -> Iterator[str]:
-    """The docker CLI hack/images.sh uses, with a daemon answering it."""
-    running_before = images("status").returncode == 0
-    engine = images("engine")
-    if engine.returncode != 0:
-        skip_unless_ci(f"no Docker engine (hack/images.sh engine):\n{engine.stderr[-2000:]}")
-    cli = images("cli")
-    assert cli.returncode == 0, cli.stderr
-    try:
-        yield cli.stdout.strip()
-    finally:
-        if not running_before:
-            stopped = images("engine-stop")
-            assert stopped.returncode == 0, stopped.stderr
 
 
 @dataclass
@@ -67,10 +41,7 @@ def operator_image(docker: str) -> Image:
     built = images("operator")
     assert built.returncode == 0, f"hack/images.sh operator failed:\n{built.stderr[-4000:]}"
     name = f"horovod-operator:{images('version').stdout.strip()}"
-    inspected = subprocess.run(
-        [docker, "image", "inspect", name], capture_output=True, text=True, check=True
-    )
-    config = json.loads(inspected.stdout)[0]["Config"]
+    config = inspect_image(docker, name)["Config"]
     return Image(name, config["User"], config["Labels"] or {})
 
 

@@ -31,8 +31,9 @@ def test_image_version_is_the_package_version() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     assert images("version").stdout.strip() == version
     # The label's default, for a plain `docker build` that passes no VERSION.
-    label = re.search(r"^ARG VERSION=(\S+)$", (REPO / "Dockerfile.operator").read_text(), re.M)
-    assert label and label.group(1) == version
+    for dockerfile in ("Dockerfile.operator", "Dockerfile.worker"):
+        labels = re.findall(r"^ARG VERSION=(\S+)$", (REPO / dockerfile).read_text(), re.M)
+        assert labels and set(labels) == {version}, dockerfile
 
 
 def test_no_dockerfile_needs_a_frontend_image() -> None:
@@ -44,9 +45,8 @@ def test_no_dockerfile_needs_a_frontend_image() -> None:
 
 def test_froms_are_the_public_bases_with_arg_defaults_applied(tmp_path: Path) -> None:
     assert images("froms", "Dockerfile.operator").stdout.split() == ["debian:bookworm-slim"]
-    assert images("froms", "Dockerfile.worker").stdout.split() == [
-        versions_env()["WORKER_BASE_IMAGE"]
-    ]
+    # Every worker stage, builders and runtimes, starts from the same Debian.
+    assert images("froms", "Dockerfile.worker").stdout.split() == ["debian:bookworm-slim"]
     # Stages and scratch are not bases; ARGs are per Dockerfile.
     first = tmp_path / "Dockerfile.a"
     first.write_text("ARG BASE=x:1\nFROM ${BASE} AS one\nFROM one\nFROM scratch\n")
@@ -59,8 +59,47 @@ def test_help_and_unknown_commands() -> None:
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
     shown = images("--help")
     assert shown.returncode == 0
-    for command in ("engine", "engine-stop", "status", "bases", "froms", "operator", "version"):
+    commands = (
+        "engine",
+        "engine-stop",
+        "status",
+        "bases",
+        "froms",
+        "operator",
+        "worker",
+        "version",
+    )
+    for command in commands:
         assert f"hack/images.sh {command}" in shown.stdout, command
     bad = images("bogus")
     assert bad.returncode == 1
     assert bad.stderr.strip() == "[images] error: unknown command: bogus (see --help)"
+
+
+def test_worker_targets_are_the_dockerfiles_final_stages() -> None:
+    targets = images("worker-targets").stdout.split()
+    assert targets == ["torch-cpu", "tf-cpu", "torch-gpu", "tf-gpu"]
+    stages = re.findall(r"^FROM runtime AS (\S+)$", (REPO / "Dockerfile.worker").read_text(), re.M)
+    assert sorted(stages) == sorted(targets)
+    # An unknown target is refused before any daemon or base is needed.
+    bad = images("worker", "torch-rocm")
+    assert bad.returncode == 1
+    assert "unknown worker target: torch-rocm" in bad.stderr
+
+
+def test_worker_build_args_default_to_the_pins() -> None:
+    """A plain `docker build` builds what hack/images.sh builds: every ARG default
+    in Dockerfile.worker equals its line in hack/versions.env, and every pin that
+    hack/images.sh passes is an ARG of the Dockerfile."""
+    pins = versions_env()
+    text = (REPO / "Dockerfile.worker").read_text()
+    defaults = re.findall(r"^ARG (\w+)=(\S+)$", text, re.M)
+    passed = re.search(r"WORKER_PINS=\(([^)]*)\)", SCRIPT.read_text())
+    assert passed is not None
+    for name in passed.group(1).split():
+        assert any(arg == name for arg, _ in defaults), f"{name} is no ARG of Dockerfile.worker"
+    for name, value in defaults:
+        if name in pins:
+            assert value == pins[name], f"ARG {name}={value} but hack/versions.env has {pins[name]}"
+        else:
+            assert name in ("VERSION", "REVISION"), f"ARG {name} is not pinned in versions.env"
