@@ -353,15 +353,16 @@ ca_secret_args() {
 }
 
 worker() {
-  local docker
-  docker="$(need_daemon)"
   local targets=("$@") target known
   if ((${#targets[@]} == 0)); then targets=("${WORKER_TARGETS[@]}"); fi
+  # Bad arguments are refused before anything needs a daemon.
   for target in "${targets[@]}"; do
     known=0
     for candidate in "${WORKER_TARGETS[@]}"; do [[ "$candidate" == "$target" ]] && known=1; done
     ((known)) || die "unknown worker target: $target (expected one of ${WORKER_TARGETS[*]})"
   done
+  local docker
+  docker="$(need_daemon)"
   bases Dockerfile.worker
   local ver tag revision name value
   ver="$(version)"

@@ -274,7 +274,9 @@ def new_pod_group(job: HorovodJob, attempt: int) -> Obj:
     return {
         "apiVersion": POD_GROUP_API_VERSION,
         "kind": "PodGroup",
-        "metadata": _metadata(job, names.pod_group_name(name, attempt), labels),
+        "metadata": _metadata(
+            job, names.pod_group_name(name, attempt, job.spec.gang_size()), labels
+        ),
         "spec": spec,
     }
 
@@ -295,7 +297,8 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False
     pod_spec["hostname"] = names.worker_name(name, index)
     pod_spec["subdomain"] = names.service_name(name)
     if gang:
-        pod_spec["schedulingGroup"] = {"podGroupName": names.pod_group_name(name, attempt)}
+        group = names.pod_group_name(name, attempt, job.spec.gang_size())
+        pod_spec["schedulingGroup"] = {"podGroupName": group}
 
     container.setdefault("command", list(contract.WORKER_SSHD_COMMAND))
     resources = job.spec.worker.resources

@@ -57,9 +57,11 @@ def launcher_name(job: str) -> str:
     return f"{job}-launcher"
 
 
-def pod_group_name(job: str, attempt: int) -> str:
-    """The workers' gang of one attempt: a restart's pods form a new group."""
-    return f"{job}-gang-{attempt}"
+def pod_group_name(job: str, attempt: int, size: int) -> str:
+    """The workers' gang of one attempt and size. A restart's pods form a new group,
+    and so does a resume with another worker count (a PodGroup's spec cannot
+    change, and the suspended attempt's group would wait for the old count)."""
+    return f"{job}-gang-{attempt}-{size}"
 
 
 def worker_host(job: str, namespace: str, index: int) -> str:

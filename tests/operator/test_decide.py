@@ -838,13 +838,13 @@ def test_the_template_policy_rejects_an_edit_of_a_running_job() -> None:
 
 def test_a_gang_is_created_before_its_workers_which_join_it() -> None:
     plan = decide(observe(body(), gang_api=True))
-    assert created(plan) == ["PodGroup/j-gang-0", "Pod/j-worker-0", "Pod/j-worker-1"]
+    assert created(plan) == ["PodGroup/j-gang-0-2", "Pod/j-worker-0", "Pod/j-worker-1"]
     group = plan.creates[0]
     assert group["apiVersion"] == "scheduling.k8s.io/v1beta1"
     assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": 2}}}
     assert group["metadata"]["ownerReferences"][0]["uid"] == UID
     for pod in plan.creates[1:]:
-        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "j-gang-0"}
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "j-gang-0-2"}
 
 
 def test_a_gang_takes_min_available_and_the_priority_class() -> None:
@@ -863,8 +863,8 @@ def test_a_gang_takes_min_available_and_the_priority_class() -> None:
 def test_a_restarted_attempt_forms_a_new_gang() -> None:
     status = {**RUNNING, "phase": "Restarting", "restarts": 1, "launcher": None}
     plan = decide(observe(body(status), [], gang_api=True))
-    assert created(plan) == ["PodGroup/j-gang-1", "Pod/j-worker-0", "Pod/j-worker-1"]
-    assert plan.creates[1]["spec"]["schedulingGroup"] == {"podGroupName": "j-gang-1"}
+    assert created(plan) == ["PodGroup/j-gang-1-2", "Pod/j-worker-0", "Pod/j-worker-1"]
+    assert plan.creates[1]["spec"]["schedulingGroup"] == {"podGroupName": "j-gang-1-2"}
 
 
 @pytest.mark.parametrize(("policy", "served"), [("Auto", False), ("None", True)])
@@ -889,4 +889,18 @@ def test_the_workers_still_missing_in_a_gang_get_their_group_again() -> None:
     # (a 409 on the group is ours and is fine).
     pending = {**RUNNING, "phase": "Pending", "launcher": None}
     plan = decide(observe(body(pending), [worker(0, phase="Pending", ready=False)], gang_api=True))
-    assert created(plan) == ["PodGroup/j-gang-0", "Pod/j-worker-1"]
+    assert created(plan) == ["PodGroup/j-gang-0-2", "Pod/j-worker-1"]
+
+
+def test_a_resume_with_fewer_workers_forms_a_gang_of_the_new_size() -> None:
+    # Suspended with 4 workers, resumed with 2: the old group (minCount 4, its spec
+    # immutable) would hold the 2 new pods back forever.
+    before = decide(observe(body(worker={"replicas": 4}), with_infra=False, gang_api=True))
+    assert "PodGroup/j-gang-0-4" in created(before)
+    suspended = {**RUNNING, "phase": "Suspended", "launcher": None, "workers": {"replicas": 4}}
+    resumed = decide(observe(body(suspended), [], gang_api=True))
+    assert stored(resumed)["phase"] == "Pending"
+    group = resumed.creates[0]
+    assert group["metadata"]["name"] == "j-gang-0-2"
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    assert resumed.creates[1]["spec"]["schedulingGroup"] == {"podGroupName": "j-gang-0-2"}

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from horovod_worker.arguments import positive_int
 from horovod_worker.common import parse_result
 
 PROBE_FILE = "probe.json"
@@ -51,27 +52,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     probe = commands.add_parser("probe", help="run under horovodrun -np N: one rank's checks")
     probe.add_argument("--out", type=Path, required=True, help="where rank 0 writes probe.json")
-    probe.add_argument("--batch-size", type=_positive_int, default=256, help="samples per step")
-    probe.add_argument("--hidden", type=_positive_int, default=4096, help="hidden units")
-    probe.add_argument("--steps", type=_positive_int, default=20, help="steps per timed run")
-    probe.add_argument("--runs", type=_positive_int, default=5, help="timed runs (median)")
+    probe.add_argument("--batch-size", type=positive_int, default=256, help="samples per step")
+    probe.add_argument("--hidden", type=positive_int, default=4096, help="hidden units")
+    probe.add_argument("--steps", type=positive_int, default=20, help="steps per timed run")
+    probe.add_argument("--runs", type=positive_int, default=5, help="timed runs (median)")
     probe.add_argument(
-        "--allreduce-mib", type=_positive_int, default=256, help="bus bandwidth tensor (MiB)"
+        "--allreduce-mib", type=positive_int, default=256, help="bus bandwidth tensor (MiB)"
     )
     summarize = commands.add_parser("summarize", help="one JSON line from what the check left")
     summarize.add_argument("--out", type=Path, required=True, help="the check's output folder")
-    summarize.add_argument("--gpus", type=_positive_int, required=True, help="ranks started")
+    summarize.add_argument("--gpus", type=positive_int, required=True, help="ranks started")
     return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 # ---- numbers -------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import horovod_contract as contract
+from horovod_worker.arguments import non_negative_float, positive_float, positive_int
 from horovod_worker.common import TrainConfig, WorkerError, error_exit
 from horovod_worker.data import DATASETS, DataError, mnist_paths
 
@@ -28,36 +29,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         sys.exit(error_exit(f"{message} (see --help)", status=2, prog=self.prog))
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,29 +74,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", type=Path, help="directory with the MNIST IDX files (plain or .gz)"
     )
     parser.add_argument(
-        "--epochs", type=_positive_int, default=3, help="total epochs (a resumed run included)"
+        "--epochs", type=positive_int, default=3, help="total epochs (a resumed run included)"
     )
     parser.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=32,
         help="samples per step per process; the global batch is this times the world size",
     )
     parser.add_argument(
         "--lr",
-        type=_positive_float,
+        type=positive_float,
         default=0.05,
         help="learning rate of one process; scaled by the world size after warm-up",
     )
-    parser.add_argument("--momentum", type=_non_negative_float, default=0.9, help="SGD momentum")
+    parser.add_argument("--momentum", type=non_negative_float, default=0.9, help="SGD momentum")
     parser.add_argument(
         "--warmup-epochs",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=1.0,
         help="epochs over which the learning rate ramps linearly from --lr to --lr x size",
     )
     parser.add_argument(
-        "--hidden", type=_positive_int, default=128, help="units of the hidden layer"
+        "--hidden", type=positive_int, default=128, help="units of the hidden layer"
     )
     parser.add_argument(
         "--seed",
@@ -150,13 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--synthetic-samples",
-        type=_positive_int,
+        type=positive_int,
         default=4096,
         help="number of samples of --dataset synthetic",
     )
     parser.add_argument(
         "--threads",
-        type=_positive_int,
+        type=positive_int,
         help="CPU threads per process (default: the host's cores divided by the local processes)",
     )
     return parser

@@ -62,11 +62,11 @@ def test_two_gangs_that_fit_only_one_at_a_time_run_one_after_the_other_whole(
     assert stalled["reason"] == "Unschedulable", stalled
     assert "Insufficient nvidia.com/gpu" in stalled["message"], stalled
     jobs.op.stays(lambda: bound(waiting) == [], 2.0, f"no pod of {waiting} bound")
-    group = cluster.get("podgroup", f"{waiting}-gang-0", namespace)
+    group = cluster.get("podgroup", f"{waiting}-gang-0-2", namespace)
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
     assert group["metadata"]["ownerReferences"][0]["uid"] == jobs.uid(waiting)
     for pod in jobs.pods(waiting):
-        assert pod["spec"]["schedulingGroup"] == {"podGroupName": f"{waiting}-gang-0"}
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": f"{waiting}-gang-0-2"}
 
     # The first finishes; its workers go (cleanPodPolicy Running) and the second
     # is placed, whole, on the freed GPUs.
