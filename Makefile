@@ -1,5 +1,5 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: images soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-quick
+.PHONY: images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-quick
 
 
 demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
@@ -26,6 +26,14 @@ images:  ## the operator image and the four worker images (docs/images.md); star
 	hack/images.sh engine
 	hack/images.sh operator
 	hack/images.sh worker
+
+kind-e2e:  ## tests/e2e/kind/run.sh on kind with a node image built here (no registry; docs/kind-node-image.md)
+	SKIP_WORKER=1 hack/bootstrap.sh
+	hack/images.sh engine
+	hack/kind.sh node-image
+	mkdir -p .work && hack/kind.sh config > .work/kind-config.yaml
+	PATH="$(CURDIR)/.venv/bin:$$(hack/kind.sh path):$$PATH" KIND_NODE_IMAGE="$$(hack/kind.sh image-name)" \
+	  KIND_CONFIG=.work/kind-config.yaml tests/e2e/kind/run.sh
 
 lint:  ## ruff and mypy (strict: the operator, the contract, the tooling, the tests and bench)
 	SKIP_WORKER=1 hack/bootstrap.sh

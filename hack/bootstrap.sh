@@ -24,14 +24,18 @@ if ((${#need_pkgs[@]})); then
 fi
 
 # The image tools: hack/images.sh starts its own dockerd (docker.io) and makes the
-# base images it cannot pull (mmdebstrap). Root only: without them the image tests
-# skip (and fail under CI=1). The packages must not start their services here
+# base images it cannot pull (mmdebstrap); hack/kind.sh compiles the node image's
+# pause (gcc, libc6-dev) and runc with seccomp (libseccomp-dev). Root only: without
+# them the image and kind tests skip (and fail under CI=1). The packages must not start their services here
 # (hack/images.sh starts the daemon it uses), so a policy-rc.d that refuses every
 # start stands in for the install when the machine has none.
 image_pkgs=()
-for pair in dockerd:docker.io mmdebstrap:mmdebstrap; do
+for pair in dockerd:docker.io mmdebstrap:mmdebstrap gcc:gcc; do
   cmd="${pair%%:*}"; pkg="${pair#*:}"
   command -v "$cmd" >/dev/null 2>&1 || [[ -x "/usr/sbin/$cmd" ]] || image_pkgs+=("$pkg")
+done
+for pair in /usr/include/seccomp.h:libseccomp-dev /usr/include/stdio.h:libc6-dev; do
+  [[ -e "${pair%%:*}" ]] || image_pkgs+=("${pair#*:}")
 done
 if ((${#image_pkgs[@]})); then
   if [[ $(id -u) -ne 0 ]]; then

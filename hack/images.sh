@@ -96,6 +96,17 @@ apt_install() {
 
 dockerd_path() { command -v dockerd 2>/dev/null || { [[ -x /usr/sbin/dockerd ]] && echo /usr/sbin/dockerd; }; }
 
+# Whether this host's capability bounding set lacks one the kernel knows. Docker's
+# --privileged asks for all of them and runc then fails ("unable to apply caps"):
+# such hosts get hack/docker/runc-within-bounds as dockerd's default runtime.
+lacks_capabilities() {
+  local last bounding full
+  last="$(cat /proc/sys/kernel/cap_last_cap 2>/dev/null)" || return 1
+  bounding=$((16#$(awk '/^CapBnd:/ {print $2}' /proc/self/status)))
+  full=$(((1 << (last + 1)) - 1))
+  (((bounding & full) != full))
+}
+
 # The pid of the dockerd this script started, when it still runs.
 our_dockerd() {
   [[ -s "$pidfile" ]] || return 1
@@ -130,10 +141,17 @@ engine() {
     say "removing a stale /var/run/docker.sock (nothing answers on it)"
     rm -f /var/run/docker.sock
   fi
+  local runtime=()
+  if lacks_capabilities; then
+    # A copy outside the checkout: the daemon may outlive this clone.
+    install -m 0755 hack/docker/runc-within-bounds "$state/runc-within-bounds"
+    runtime=(--add-runtime "within-bounds=$state/runc-within-bounds" --default-runtime within-bounds)
+    say "this host's capability bounding set lacks some the kernel knows: privileged containers (kind's nodes) run through hack/docker/runc-within-bounds"
+  fi
   say "starting dockerd (data-root $state/data, log $state/dockerd.log)"
   # setsid: the daemon outlives this script and the terminal or job that ran it.
   setsid "$dockerd" --data-root="$state/data" --exec-root="$state/run" --pidfile="$pidfile" \
-    -H "$socket" >>"$state/dockerd.log" 2>&1 </dev/null &
+    -H "$socket" "${runtime[@]}" >>"$state/dockerd.log" 2>&1 </dev/null &
   local started=$! waited=0
   until answers "$docker"; do
     if ! kill -0 "$started" 2>/dev/null; then

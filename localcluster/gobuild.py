@@ -55,10 +55,14 @@ class Tool:
     version_vars: tuple[str, ...] = ()
     # Built by `hack/cluster.sh build`; the others when their user first needs them.
     control_plane: bool = True
+    # The hack/tools directory when it is not `name` (two tools from one go.mod).
+    directory: str = ""
+    # Go build tags (runc's seccomp support; containerd without snapshotters it never uses).
+    tags: tuple[str, ...] = ()
 
     @property
     def go_dir(self) -> Path:
-        return TOOLS_DIR / self.name
+        return TOOLS_DIR / (self.directory or self.name)
 
     def version(self) -> str:
         if self.version_key:
@@ -90,7 +94,7 @@ class Tool:
         return " ".join(flags)
 
     def stamp(self) -> str:
-        digest = hashlib.sha256(self.ldflags().encode())
+        digest = hashlib.sha256(f"{self.ldflags()} tags={','.join(self.tags)}".encode())
         for name in ("go.mod", "go.sum", "main.go"):
             path = self.go_dir / name
             if path.exists():
@@ -129,6 +133,56 @@ TOOLS = (
     ),
     # The node agent's cluster DNS: a main package linking only the plugins it uses.
     Tool("coredns", {"coredns": "."}, module="github.com/coredns/coredns", control_plane=False),
+    # A real node (tests/e2e/kind): kind itself, and what its node image runs. The
+    # node binaries come from the control plane's own go.mod, so they match it.
+    Tool(
+        "kubernetes-node",
+        {name: f"k8s.io/kubernetes/cmd/{name}" for name in ("kubelet", "kubeadm", "kube-proxy")},
+        version_key="KUBERNETES_VERSION",
+        version_packages=("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"),
+        control_plane=False,
+        directory="kubernetes",
+    ),
+    Tool("kind", {"kind": "sigs.k8s.io/kind"}, module="sigs.k8s.io/kind", control_plane=False),
+    Tool(
+        "containerd",
+        {
+            name: f"github.com/containerd/containerd/v2/cmd/{name}"
+            for name in ("containerd", "ctr", "containerd-shim-runc-v2")
+        },
+        module="github.com/containerd/containerd/v2",
+        tags=("no_aufs", "no_zfs", "no_btrfs", "no_devmapper"),
+        control_plane=False,
+    ),
+    # cgo: runc's nsenter is C, and seccomp (pods asking RuntimeDefault) needs libseccomp.
+    Tool(
+        "runc",
+        {"runc": "github.com/opencontainers/runc"},
+        module="github.com/opencontainers/runc",
+        tags=("seccomp",),
+        version_vars=("main.version",),
+        control_plane=False,
+    ),
+    Tool(
+        "cri-tools",
+        {"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
+        module="sigs.k8s.io/cri-tools",
+        control_plane=False,
+    ),
+    Tool(
+        "cni-plugins",
+        {
+            name: f"github.com/containernetworking/plugins/plugins/{kind}/{name}"
+            for kind, name in (
+                ("main", "bridge"),
+                ("main", "loopback"),
+                ("ipam", "host-local"),
+                ("meta", "portmap"),
+            )
+        },
+        module="github.com/containernetworking/plugins",
+        control_plane=False,
+    ),
     # The benchmark's peer, built from the module proxy as released.
     Tool(
         "mpi-operator",
@@ -204,8 +258,17 @@ def _build_one(candidate: Tool) -> None:
     with _heavy_lock():
         for name, package in candidate.binaries.items():
             log(f"{candidate.name} {candidate.version()}: building {package} (minutes when cold)")
+            tags = [f"-tags={','.join(candidate.tags)}"] if candidate.tags else []
             proc = subprocess.run(
-                [go, "build", f"-ldflags={candidate.ldflags()}", "-o", str(out / name), package],
+                [
+                    go,
+                    "build",
+                    *tags,
+                    f"-ldflags={candidate.ldflags()}",
+                    "-o",
+                    str(out / name),
+                    package,
+                ],
                 cwd=candidate.go_dir,
                 env=go_env(),
                 text=True,

@@ -48,3 +48,29 @@ def test_examples_expect_success_unless_annotated() -> None:
     assert kind_e2e.expected_phase({"metadata": {}}) == "Succeeded"
     failing = {"metadata": {"annotations": {kind_e2e.EXPECT_ANNOTATION: "Failed"}}}
     assert kind_e2e.expected_phase(failing) == "Failed"
+
+
+def test_failing_variant_refuses_its_dataset_on_every_rank_without_retry() -> None:
+    job = yaml.safe_load((REPO / "examples" / "pytorch-digits.yaml").read_text())
+    variant = kind_e2e.failing_variant(job, "horovod-worker:e2e")
+    assert variant["metadata"]["name"] == "pytorch-digits-refused-argument"
+    assert kind_e2e.expected_phase(variant) == "Failed"
+    assert "--dataset=no-such-dataset" in variant["spec"]["command"]
+    assert variant["spec"]["runPolicy"]["backoffLimit"] == 0
+    assert "nvidia.com/gpu" not in yaml.safe_dump(variant)
+
+
+def test_status_text_gathers_message_conditions_and_failures() -> None:
+    status = {
+        "message": "m",
+        "conditions": [{"type": "Failed", "message": "c"}],
+        "failures": [{"pod": "p", "message": "invalid choice: 'no-such-dataset'"}],
+    }
+    assert "no-such-dataset" in kind_e2e.status_text(status)
+    assert kind_e2e.status_text({}) == ""
+
+
+def test_kubernetes_timestamps_with_nanoseconds_parse() -> None:
+    stamp = kind_e2e._parse_time("2026-12-01T07:30:01.123456789Z")
+    created = kind_e2e._parse_time("2026-12-01T07:30:00Z")
+    assert (stamp - created).total_seconds() == 1.123456

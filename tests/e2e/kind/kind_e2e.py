@@ -4,9 +4,17 @@ that the same code is exercised against the local control plane here
 (tests/tooling/integration/test_kind_helpers.py), where kind cannot run.
 
     kind_e2e.py cpu-variant EXAMPLE.yaml --image IMG   print a CPU-only copy of an example
+    kind_e2e.py failing-variant EXAMPLE.yaml --image IMG
+                                                       print a copy whose trainer refuses an
+                                                       argument (the job must fail, saying so)
+    kind_e2e.py failing-name EXAMPLE.yaml              the name that copy gets
     kind_e2e.py expected EXAMPLE.yaml                  print the phase the example should end in
     kind_e2e.py wait NAME --namespace NS --timeout S   wait for Succeeded/Failed; exit 0 when
-                                                       it matches --expect, else dump logs, exit 1
+                                                       it matches --expect (and --reason), else
+                                                       dump logs, exit 1
+    kind_e2e.py operator-ready --namespace NS          wait until an operator replica leads
+    kind_e2e.py timings NAME --record FILE             seconds from apply to the trainers'
+                                                       start and to the end, added to FILE
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import json
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +33,13 @@ import yaml
 
 # An example that is meant to fail says so with this annotation; the rest must succeed.
 EXPECT_ANNOTATION = "horovod.ai/e2e-expect"
+# Text the status of a failed job must show (its message, a condition's or a failure's).
+EXPECT_TEXT_ANNOTATION = "horovod.ai/e2e-expect-text"
 GPU = "nvidia.com/gpu"
+# The line each rank prints once Horovod is initialised, right before its first
+# step (horovod_contract.RANK_PREFIX; this script runs without the package).
+RANK_PREFIX = "HVJOB_RANK"
+REFUSED_DATASET = "no-such-dataset"
 
 
 def cpu_variant(job: dict[str, Any], image: str, epochs: int = 1) -> dict[str, Any]:
@@ -48,6 +63,26 @@ def cpu_variant(job: dict[str, Any], image: str, epochs: int = 1) -> dict[str, A
     return job
 
 
+def failing_name(job: dict[str, Any]) -> str:
+    return f"{job['metadata']['name']}-refused-argument"
+
+
+def failing_variant(job: dict[str, Any], image: str) -> dict[str, Any]:
+    """A CPU copy whose trainer refuses its --dataset on every rank, with no retry:
+    the job must fail and its status must carry the trainer's own words."""
+    job = cpu_variant(job, image)
+    job["metadata"]["name"] = failing_name(job)
+    annotations = job["metadata"].setdefault("annotations", {})
+    annotations[EXPECT_ANNOTATION] = "Failed"
+    annotations[EXPECT_TEXT_ANNOTATION] = REFUSED_DATASET
+    job["spec"]["command"] = [
+        f"--dataset={REFUSED_DATASET}" if arg.startswith("--dataset=") else arg
+        for arg in job["spec"]["command"]
+    ]
+    job["spec"].setdefault("runPolicy", {})["backoffLimit"] = 0
+    return job
+
+
 def expected_phase(job: dict[str, Any]) -> str:
     return str(job["metadata"].get("annotations", {}).get(EXPECT_ANNOTATION, "Succeeded"))
 
@@ -56,11 +91,25 @@ def _kubectl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["kubectl", *args], capture_output=True, text=True)
 
 
-def phase(name: str, namespace: str) -> str | None:
+def get_job(name: str, namespace: str) -> dict[str, Any] | None:
     proc = _kubectl("get", "hvjob", name, "-n", namespace, "-o", "json")
     if proc.returncode != 0:
         return None
-    return (json.loads(proc.stdout).get("status") or {}).get("phase")
+    job: dict[str, Any] = json.loads(proc.stdout)
+    return job
+
+
+def phase(name: str, namespace: str) -> str | None:
+    job = get_job(name, namespace)
+    return None if job is None else (job.get("status") or {}).get("phase")
+
+
+def status_text(status: dict[str, Any]) -> str:
+    """Everything a user reads in a job's status: message, conditions, failures."""
+    parts = [str(status.get("message", ""))]
+    parts += [str(c.get("message", "")) for c in status.get("conditions") or []]
+    parts += [str(f.get("message", "")) for f in status.get("failures") or []]
+    return "\n".join(parts)
 
 
 def dump(name: str, namespace: str) -> None:
@@ -84,19 +133,91 @@ def dump(name: str, namespace: str) -> None:
         print(f"$ kubectl {' '.join(args)}\n{proc.stdout}{proc.stderr}", file=sys.stderr)
 
 
-def wait(name: str, namespace: str, expect: str, timeout: float, interval: float = 2) -> bool:
+def wait(
+    name: str,
+    namespace: str,
+    expect: str,
+    timeout: float,
+    interval: float = 2,
+    reason: str = "",
+) -> bool:
+    """Wait for the job to finish; whether it ended as expected: the phase, the
+    reason when given, and the text its manifest's annotation asks for."""
     deadline = time.monotonic() + timeout
+    job: dict[str, Any] | None = None
     last = None
     while time.monotonic() < deadline:
-        last = phase(name, namespace)
+        job = get_job(name, namespace)
+        last = None if job is None else (job.get("status") or {}).get("phase")
         if last in ("Succeeded", "Failed"):
             break
         time.sleep(interval)
-    ok = last == expect
-    print(f"{namespace}/{name}: {last} (expected {expect})", file=sys.stderr)
-    if not ok:
+    status = (job or {}).get("status") or {}
+    problems = [] if last == expect else [f"phase {last}, expected {expect}"]
+    if reason and status.get("reason") != reason:
+        problems.append(f"reason {status.get('reason')!r}, expected {reason!r}")
+    text = ((job or {}).get("metadata", {}).get("annotations") or {}).get(EXPECT_TEXT_ANNOTATION)
+    if text and text not in status_text(status):
+        problems.append(f"the status does not say {text!r}")
+    verdict = "; ".join(problems) or "as expected"
+    print(
+        f"{namespace}/{name}: {last} ({status.get('reason')}: "
+        f"{str(status.get('message', ''))[:300]}) -- {verdict}",
+        file=sys.stderr,
+    )
+    if problems:
         dump(name, namespace)
-    return ok
+    return not problems
+
+
+def operator_ready(namespace: str, timeout: float, interval: float = 2) -> bool:
+    """True once a replica holds the leader Lease: the chart's operator acts."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = _kubectl("get", "leases", "-n", namespace, "-o", "json")
+        if proc.returncode == 0:
+            for lease in json.loads(proc.stdout).get("items", []):
+                holder = (lease.get("spec") or {}).get("holderIdentity")
+                if holder:
+                    print(f"operator leader: {holder}", file=sys.stderr)
+                    return True
+        time.sleep(interval)
+    print(f"no operator replica took the lease in {namespace} within {timeout}s", file=sys.stderr)
+    return False
+
+
+def _parse_time(text: str) -> datetime:
+    # Kubernetes writes RFC 3339 with Z; log timestamps carry nanoseconds.
+    text = text.replace("Z", "+00:00")
+    if "." in text:
+        head, tail = text.split(".", 1)
+        digits = tail[: len(tail) - len(tail.lstrip("0123456789"))]
+        zone = tail[len(digits) :]
+        text = f"{head}.{digits[:6]}{zone}"
+    return datetime.fromisoformat(text)
+
+
+def timings(name: str, namespace: str) -> dict[str, Any]:
+    """Seconds from the job's creation to its first rank's start line (Horovod is
+    initialised and the first step is next) and to its completion."""
+    job = get_job(name, namespace) or {}
+    created = _parse_time(job["metadata"]["creationTimestamp"])
+    status = job.get("status") or {}
+    result: dict[str, Any] = {"phase": status.get("phase")}
+    logs = _kubectl("logs", "-n", namespace, f"job/{name}-launcher", "--timestamps")
+    for line in logs.stdout.splitlines():
+        stamp, _, text = line.partition(" ")
+        # horovodrun prefixes each rank's line: "[1,0]<stdout>:HVJOB_RANK rank=0 ..."
+        if f"{RANK_PREFIX} rank=" in text:
+            result["apply_to_trainers_started_s"] = round(
+                (_parse_time(stamp) - created).total_seconds(), 1
+            )
+            break
+    if status.get("completionTime"):
+        result["apply_to_finished_s"] = round(
+            (_parse_time(status["completionTime"]) - created).total_seconds(), 1
+        )
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,22 +229,47 @@ def main(argv: list[str] | None = None) -> int:
     cpu.add_argument("example", type=Path)
     cpu.add_argument("--image", required=True)
     cpu.add_argument("--epochs", type=int, default=1)
+    failing = sub.add_parser("failing-variant")
+    failing.add_argument("example", type=Path)
+    failing.add_argument("--image", required=True)
+    sub.add_parser("failing-name").add_argument("example", type=Path)
     exp = sub.add_parser("expected")
     exp.add_argument("example", type=Path)
     w = sub.add_parser("wait")
     w.add_argument("name")
     w.add_argument("--namespace", default="default")
     w.add_argument("--expect", default="Succeeded")
+    w.add_argument("--reason", default="")
     w.add_argument("--timeout", type=float, default=900)
+    ready = sub.add_parser("operator-ready")
+    ready.add_argument("--namespace", required=True)
+    ready.add_argument("--timeout", type=float, default=120)
+    times = sub.add_parser("timings")
+    times.add_argument("name")
+    times.add_argument("--namespace", default="default")
+    times.add_argument("--record", type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.command == "cpu-variant":
+    if args.command in ("cpu-variant", "failing-variant", "failing-name", "expected"):
         job = yaml.safe_load(args.example.read_text())
-        print(yaml.safe_dump(cpu_variant(job, args.image, args.epochs), sort_keys=False))
+        if args.command == "cpu-variant":
+            print(yaml.safe_dump(cpu_variant(job, args.image, args.epochs), sort_keys=False))
+        elif args.command == "failing-variant":
+            print(yaml.safe_dump(failing_variant(job, args.image), sort_keys=False))
+        elif args.command == "failing-name":
+            print(failing_name(job))
+        else:
+            print(expected_phase(job))
         return 0
-    if args.command == "expected":
-        print(expected_phase(yaml.safe_load(args.example.read_text())))
+    if args.command == "operator-ready":
+        return 0 if operator_ready(args.namespace, args.timeout) else 1
+    if args.command == "timings":
+        recorded = json.loads(args.record.read_text()) if args.record.exists() else {}
+        recorded[args.name] = timings(args.name, args.namespace)
+        args.record.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+        print(f"{args.name}: {recorded[args.name]}", file=sys.stderr)
         return 0
-    return 0 if wait(args.name, args.namespace, args.expect, args.timeout) else 1
+    ok = wait(args.name, args.namespace, args.expect, args.timeout, reason=args.reason)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

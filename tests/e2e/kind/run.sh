@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# kind end-to-end: a real cluster in Docker, both images built and loaded, the
-# chart installed, every example run (CPU-only variants) to its expected phase.
+# kind end-to-end: a real cluster in Docker (kubelet, containerd, runc, CNI, cluster
+# DNS), the operator image installed by the chart and reconciling through its
+# ServiceAccount, the worker images' sshd and horovodrun in real containers.
+# Every example runs (CPU-only variant) to its expected phase, and one job that
+# must fail reports the failure a user needs to see.
 #
-# Needs a Docker host plus kind, kubectl, helm and python3 with PyYAML. It cannot
-# run on machines without a Docker engine (our CI's); there, the chart, the
-# manifests, the examples and kind_e2e.py are exercised against the local control
-# plane by tests/operator/integration/test_chart.py and
-# tests/tooling/integration/test_kind_helpers.py.
+# Needs a Docker host plus kind, kubectl, helm and python3 with PyYAML.
 #
-#   tests/e2e/kind/run.sh                      # KIND_NODE_IMAGE=kindest/node:v1.33.1 to pick a version
-#   KEEP_CLUSTER=1 tests/e2e/kind/run.sh       # leave the cluster for debugging
+#   tests/e2e/kind/run.sh                       # kind's default node image (pulled)
+#   make kind-e2e                               # a node image built here, no registry
+#                                               # (hack/kind.sh; docs/kind-node-image.md)
+# Environment:
+#   KIND_NODE_IMAGE   node image [kind's default]     KIND_CONFIG   kind config file [none]
+#   KIND_CLUSTER      cluster name [horovod-e2e]      KEEP_CLUSTER=1  leave it for debugging
+#   E2E_ARTIFACTS     where logs, `kind export logs` and timings.json go [.work/kind-e2e]
+#   JOB_TIMEOUT       seconds a job may take [1200]
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$repo"
@@ -17,42 +22,86 @@ for tool in docker kind kubectl helm python3; do
   command -v "$tool" >/dev/null || { echo "error: $tool is not installed (needed by the kind e2e)" >&2; exit 1; }
 done
 cluster="${KIND_CLUSTER:-horovod-e2e}"
-tag="e2e-$(git rev-parse --short HEAD 2>/dev/null || echo local)"
+artifacts="${E2E_ARTIFACTS:-$repo/.work/kind-e2e}"
+mkdir -p "$artifacts"
+rm -f "$artifacts/timings.json"
 helpers="python3 tests/e2e/kind/kind_e2e.py"
+version="$(hack/images.sh version)"
+operator_image="horovod-operator:$version"
+start=$SECONDS
+step() { echo "== [$((SECONDS - start))s] $*"; }
 
+failed=0
+dump() {
+  step "dumping what a user would look at into $artifacts"
+  kubectl get pods -A -o wide || true
+  kubectl logs -n horovod-system -l app.kubernetes.io/name=horovod-operator --all-containers \
+    --prefix --tail=300 >"$artifacts/operator.log" 2>&1 || true
+  tail -n 80 "$artifacts/operator.log" || true
+  kubectl get events -A --sort-by=.lastTimestamp >"$artifacts/events.txt" 2>&1 || true
+  tail -n 60 "$artifacts/events.txt" || true
+  kind export logs --name "$cluster" "$artifacts/kind-logs" >/dev/null 2>&1 || true
+  echo "kind's node logs (kubelet, containerd, pods): $artifacts/kind-logs"
+}
 cleanup() {
-  if [[ "${KEEP_CLUSTER:-0}" != 1 ]]; then kind delete cluster --name "$cluster" || true; fi
+  local rc=$?
+  if ((rc != 0 || failed != 0)); then dump; fi
+  if [[ "${KEEP_CLUSTER:-0}" != 1 ]]; then kind delete cluster --name "$cluster" >/dev/null 2>&1 || true; fi
+  step "done (exit $rc)"
 }
 trap cleanup EXIT
 
-echo "== kind cluster $cluster (${KIND_NODE_IMAGE:-the default node image of kind})"
-kind create cluster --name "$cluster" ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} --wait 180s
+step "kind cluster $cluster (${KIND_NODE_IMAGE:-the default node image of kind})"
+kind delete cluster --name "$cluster" >/dev/null 2>&1 || true
+kind create cluster --name "$cluster" ${KIND_NODE_IMAGE:+--image "$KIND_NODE_IMAGE"} \
+  ${KIND_CONFIG:+--config "$KIND_CONFIG"} --wait 180s
+kubectl config use-context "kind-$cluster" >/dev/null
 
-echo "== images"
+step "images"
 # kind nodes have no GPUs: the CPU worker images (see docs/images.md).
-DOCKER_BUILDKIT=1 docker build -f Dockerfile.operator -t "horovod-operator:$tag" .
-for target in torch-cpu tf-cpu; do
-  DOCKER_BUILDKIT=1 docker build -f Dockerfile.worker --target "$target" -t "horovod-worker:$tag-$target" .
+hack/images.sh operator
+hack/images.sh worker torch-cpu tf-cpu
+# One at a time: kind saves each to a temporary archive first, and the torch image is GBs.
+for image in "$operator_image" "horovod-worker:$version-torch-cpu" "horovod-worker:$version-tf-cpu"; do
+  step "kind load docker-image $image"
+  kind load docker-image --name "$cluster" "$image"
 done
-kind load docker-image --name "$cluster" "horovod-operator:$tag" "horovod-worker:$tag-torch-cpu" "horovod-worker:$tag-tf-cpu"
 
-echo "== chart"
+step "chart"
 helm install horovod-operator charts/horovod-operator --namespace horovod-system --create-namespace \
-  --set image.repository=horovod-operator --set image.tag="$tag" --set image.pullPolicy=Never \
-  --set workerImage="horovod-worker:$tag-torch-cpu" --wait --timeout 180s
+  --set image.repository=horovod-operator --set image.tag="$version" --set image.pullPolicy=Never \
+  --set workerImage="horovod-worker:$version-torch-cpu" --wait --timeout 180s
+$helpers operator-ready --namespace horovod-system --timeout 120
 
-failed=0
+run_job() {  # MANIFEST NAME EXPECT [REASON]
+  local manifest="$1" name="$2" expect="$3" reason="${4:-}"
+  kubectl apply -n default -f "$manifest"
+  if $helpers wait "$name" --namespace default --expect "$expect" ${reason:+--reason "$reason"} \
+      --timeout "${JOB_TIMEOUT:-1200}"; then
+    $helpers timings "$name" --namespace default --record "$artifacts/timings.json"
+  else
+    failed=1
+  fi
+}
+
 for example in examples/*.yaml; do
   name="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$example")"
   expect="$($helpers expected "$example")"
-  echo "== $example: $name, expecting $expect"
   case "$(basename "$example")" in
-    tensorflow-*) image="horovod-worker:$tag-tf-cpu" ;;
-    *) image="horovod-worker:$tag-torch-cpu" ;;
+    tensorflow-*) image="horovod-worker:$version-tf-cpu" ;;
+    *) image="horovod-worker:$version-torch-cpu" ;;
   esac
-  $helpers cpu-variant "$example" --image "$image" | kubectl apply -n default -f -
-  if ! $helpers wait "$name" --namespace default --expect "$expect" --timeout "${JOB_TIMEOUT:-1200}"; then
-    failed=1
-  fi
+  step "$example: $name on $image, expecting $expect"
+  $helpers cpu-variant "$example" --image "$image" >"$artifacts/$name.yaml"
+  run_job "$artifacts/$name.yaml" "$name" "$expect"
 done
+
+example=examples/pytorch-digits.yaml
+step "a job that must fail: $example with an argument the trainer refuses"
+name="$($helpers failing-name "$example")"
+$helpers failing-variant "$example" --image "horovod-worker:$version-torch-cpu" >"$artifacts/$name.yaml"
+run_job "$artifacts/$name.yaml" "$name" Failed LauncherFailed
+
+step "timings (apply -> trainers started -> finished), also in $artifacts/timings.json"
+cat "$artifacts/timings.json"
 exit "$failed"

@@ -68,6 +68,9 @@ def test_lint_and_template_pass_a_server_side_dry_run(cluster: KubeCluster, name
         ).stdout
         proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered, check=False)
         assert proc.returncode == 0, proc.stderr
+        # The API server's warnings (a duplicate env name, found by a real install on
+        # kind) are what `helm install` shows users: there must be none.
+        assert "Warning:" not in proc.stderr, proc.stderr
     custom = {
         (d["kind"], d["metadata"].get("namespace")): d
         for d in _docs(
@@ -82,6 +85,8 @@ def test_lint_and_template_pass_a_server_side_dry_run(cluster: KubeCluster, name
     pod = custom[("Deployment", namespace)]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["args"] == ["--namespace=hvop-team-a", "--namespace=hvop-team-b"]
+    names = [e["name"] for e in container["env"]]
+    assert len(names) == len(set(names)), names
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["HOROVOD_OPERATOR_LEADER_ELECT"] == "true"
     assert env["HOROVOD_OPERATOR_LOG_FORMAT"] == "json"

@@ -1,0 +1,72 @@
+"""The kind rung, as CI runs it: tests/e2e/kind/run.sh on a kind cluster whose
+node image is built here from pinned sources (hack/kind.sh; no registry).
+
+Real kubelet, containerd and runc in a Docker container, the chart's operator
+image reconciling through its ServiceAccount, the worker images' sshd and
+horovodrun in real containers: both examples to Succeeded, and a job whose
+trainer refuses an argument to Failed, saying so. Needs a Docker engine
+(hack/images.sh engine starts one); skipped without one on a developer's
+machine, a failure under CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from localcluster.paths import REPO
+
+KIND = REPO / "hack" / "kind.sh"
+ARTIFACTS = REPO / ".work" / "kind-e2e"
+
+
+def _run(args: list[str], log: Path, env: dict[str, str], timeout: float) -> str:
+    with log.open("a") as out:
+        proc = subprocess.run(
+            args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+        )
+    text = log.read_text()
+    assert proc.returncode == 0, f"{' '.join(args)} failed; the end of {log}:\n{text[-6000:]}"
+    return text
+
+
+def test_examples_succeed_and_a_refused_argument_fails_on_real_kind(
+    docker: str, tmp_path: Path
+) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log = ARTIFACTS / "run.log"
+    log.write_text("")
+    env = dict(os.environ, DOCKER=docker, KUBECONFIG=str(tmp_path / "kubeconfig"))
+    _run([str(KIND), "node-image"], log, env, timeout=2400)
+    image = subprocess.run(
+        [str(KIND), "image-name"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    config = tmp_path / "kind-config.yaml"
+    config.write_text(
+        subprocess.run(
+            [str(KIND), "config"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    path = subprocess.run(
+        [str(KIND), "path"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    env.update(
+        PATH=f"{REPO / '.venv' / 'bin'}:{path}:{env['PATH']}",
+        KIND_NODE_IMAGE=image,
+        KIND_CONFIG=str(config),
+        KIND_CLUSTER="horovod-e2e-pytest",
+        E2E_ARTIFACTS=str(ARTIFACTS),
+    )
+    _run([str(REPO / "tests" / "e2e" / "kind" / "run.sh")], log, env, timeout=3000)
+    timings = json.loads((ARTIFACTS / "timings.json").read_text())
+    assert set(timings) == {
+        "pytorch-digits",
+        "tensorflow-digits",
+        "pytorch-digits-refused-argument",
+    }, timings
+    for name in ("pytorch-digits", "tensorflow-digits"):
+        assert timings[name]["phase"] == "Succeeded", timings
+        assert timings[name]["apply_to_trainers_started_s"] > 0, timings
+    assert timings["pytorch-digits-refused-argument"]["phase"] == "Failed", timings
