@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster
 from tests.support.nodeagent import LOCAL_PLACEMENT, PYTHON, Agent, alive
+from tests.support.timings import record_timing
 
 ACCURACY_BAR = 0.90
 RANK_LINE = re.compile(
@@ -130,6 +132,23 @@ def _launcher_log(agent: Agent, namespace: str, name: str) -> str:
     return agent.cli("logs", f"{name}-launcher", "-n", namespace, check=False)
 
 
+def _seconds_to_first_rank_line(
+    cluster: KubeCluster, agent: Agent, namespace: str, name: str, applied: float
+) -> float | None:
+    """Seconds from apply until a rank's start line (Horovod initialised, the first
+    step next) is in the launcher's log, polled every 0.25 s; None when the job
+    ended without one. The node agent's log endpoint has no timestamps to read."""
+
+    def seen() -> tuple[float | None] | None:
+        if RANK_LINE.search(_launcher_log(agent, namespace, name)):
+            return (round(time.monotonic() - applied, 1),)
+        phase = cluster.get("hj", name, namespace).get("status", {}).get("phase")
+        return (None,) if phase in ("Succeeded", "Failed") else None
+
+    found: tuple[float | None] = wait_for(seen, 600, 0.25, f"{name}'s first rank line")
+    return found[0]
+
+
 def _describe(cluster: KubeCluster, agent: Agent, namespace: str, name: str) -> str:
     job = cluster.kubectl("get", "hj", name, "-n", namespace, "-o", "yaml", check=False).stdout
     pods = cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
@@ -142,12 +161,21 @@ def test_example_2x1_over_ssh(
     cluster: KubeCluster, agent: Agent, operator: Path, namespace: str, framework: str
 ) -> None:
     name = f"{framework[:5]}-digits"
+    applied = time.monotonic()
     cluster.apply(
         example_job(framework, name, extra_args=(f"--checkpoint-dir={CHECKPOINT_DIR}",)),
         namespace,
     )
+    started = _seconds_to_first_rank_line(cluster, agent, namespace, name, applied)
     job = wait_finished(cluster, namespace, name, 600)
     assert job["status"]["phase"] == "Succeeded", _describe(cluster, agent, namespace, name)
+    # The node-agent rung's side of the kind rung's timings (docs/kind-node-image.md).
+    record_timing(
+        "node-agent",
+        name,
+        apply_to_trainers_started_s=started,
+        apply_to_finished_s=round(time.monotonic() - applied, 1),
+    )
     log = agent.cli("logs", f"{name}-launcher", "-n", namespace)
     assert result(log)["test_accuracy"] >= ACCURACY_BAR
     # The launcher reached the workers over ssh that checked the job's host key.

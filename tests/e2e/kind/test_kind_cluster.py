@@ -16,7 +16,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from localcluster.paths import REPO
+from tests.support.timings import record_timing
 
 KIND = REPO / "hack" / "kind.sh"
 ARTIFACTS = REPO / ".work" / "kind-e2e"
@@ -32,6 +35,8 @@ def _run(args: list[str], log: Path, env: dict[str, str], timeout: float) -> str
     return text
 
 
+# A cold run builds kubelet, kubeadm, kube-proxy, containerd and the images first.
+@pytest.mark.timeout(5400)
 def test_examples_succeed_and_a_refused_argument_fails_on_real_kind(
     docker: str, tmp_path: Path
 ) -> None:
@@ -70,3 +75,5 @@ def test_examples_succeed_and_a_refused_argument_fails_on_real_kind(
         assert timings[name]["phase"] == "Succeeded", timings
         assert timings[name]["apply_to_trainers_started_s"] > 0, timings
     assert timings["pytorch-digits-refused-argument"]["phase"] == "Failed", timings
+    for name, values in timings.items():
+        record_timing("kind", name, **{k: v for k, v in values.items() if k != "phase"})
