@@ -84,18 +84,31 @@ class RateLimiter:
                 await asyncio.sleep((1 - self._tokens) / self.qps)
 
 
-def load_configuration(kubeconfig: str | None) -> client.Configuration:
-    """In-cluster credentials when running in a pod, else the kubeconfig."""
+def load_configuration(
+    kubeconfig: str | None, context: str | None = None, in_cluster_first: bool = True
+) -> client.Configuration:
+    """Credentials: in a pod the operator prefers its ServiceAccount, a user's tools
+    (the SDK) their kubeconfig; each falls back to the other. A kubeconfig or context
+    named explicitly is always used."""
     configuration = client.Configuration()
-    if kubeconfig is None:
+    explicit = kubeconfig is not None or context is not None
+
+    def in_cluster() -> bool:
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return configuration
         except config.ConfigException:
-            pass
-    config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig, client_configuration=configuration
-    )
+            return False
+        return True
+
+    if in_cluster_first and not explicit and in_cluster():
+        return configuration
+    try:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    except config.ConfigException:
+        if explicit or in_cluster_first or not in_cluster():
+            raise
     return configuration
 
 

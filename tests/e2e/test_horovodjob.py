@@ -13,20 +13,18 @@ import os
 import re
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from horovod_contract.rank_output import rank_lines, split_by_rank
 from horovod_worker.common import parse_result
-from horovod_worker.rank_output import rank_lines, split_by_rank
-from localcluster.operator import OperatorProcess
 from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster
-from tests.support.nodeagent import LOCAL_PLACEMENT, PYTHON, Agent, alive
+from tests.support.nodeagent import LOCAL_PLACEMENT, Agent, alive
 from tests.support.timings import record_timing
 
 ACCURACY_BAR = 0.90
@@ -34,23 +32,6 @@ RANK_LINE = re.compile(
     r"HVJOB_RANK rank=(\d+) size=(\d+) local_rank=(\d+) local_size=(\d+) hostname=(\S+)"
 )
 CHECKPOINT_DIR = "/checkpoints"
-
-
-@pytest.fixture(scope="session")
-def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
-    """The CRD installed and the operator running (its log file is yielded)."""
-    cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
-    operator = OperatorProcess(
-        cluster.kubeconfig, [], agent.state_dir / "operator.log", python=str(PYTHON)
-    )
-    operator.start_and_wait(timeout=60)
-    try:
-        yield operator.log_path
-    finally:
-        operator.stop(timeout=30)
 
 
 def example_job(

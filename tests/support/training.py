@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from horovod_contract.rank_output import rank_lines
 from horovod_worker.common import parse_result
-from horovod_worker.rank_output import rank_lines
 from localcluster.paths import REPO
 
 HERE = Path(__file__).resolve().parent

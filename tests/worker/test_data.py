@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import horovod_contract as contract
+from horovod_contract.rank_output import rank_lines, split_by_rank
 from horovod_worker.common import (
     WorkerError,
     agree_on_error,
@@ -26,7 +27,6 @@ from horovod_worker.data import (
     read_idx,
     write_idx,
 )
-from horovod_worker.rank_output import rank_lines, split_by_rank
 
 
 def write_mnist(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 import horovod_contract as contract
-from horovod_worker.rank_output import split_by_rank
+from horovod_contract.rank_output import split_by_rank
 
 
 class WorkerError(RuntimeError):
