@@ -80,6 +80,7 @@ class Executor:
 
     def forget(self, key: Key) -> None:
         self.memory.pop(key, None)
+        metrics.PHASES.drop(key)
 
     # --- observing -----------------------------------------------------------------------
 
@@ -109,6 +110,8 @@ class Executor:
             self.forget(key)
             return None
         memory = self._memory(key, uid_of(body))
+        # Every observed job, so that the gauge is whole after an operator restart too.
+        metrics.PHASES.set(key, (body.get("status") or {}).get("phase"))
         ix = self.indexes
         children = sort_children(
             memory.uid,
@@ -421,10 +424,19 @@ def _count_transition(key: Key, before: str | None, status: HorovodJobStatus) ->
         return
     if before is None and status.reason != "InvalidSpec":
         metrics.JOBS_CREATED.inc()
+    metrics.PHASES.set(key, after)
     if after == "Succeeded":
         metrics.JOBS_SUCCEEDED.inc()
     elif after == "Failed":
         metrics.JOBS_FAILED.labels(reason=status.reason or "Unknown").inc()
     elif after == "Restarting":
         metrics.JOB_RESTARTS.inc()
+    elif after == "Running" and status.attempt_start_time:
+        waited = (now_utc() - parse_time(status.attempt_start_time)).total_seconds()
+        metrics.TIME_TO_RUNNING.labels(namespace=key[0]).observe(max(0.0, waited))
+    if after in ("Succeeded", "Failed") and status.start_time and status.completion_time:
+        took = parse_time(status.completion_time) - parse_time(status.start_time)
+        metrics.JOB_DURATION.labels(namespace=key[0], phase=after).observe(
+            max(0.0, took.total_seconds())
+        )
     logger.info("job %s/%s: %s -> %s (%s) %s", *key, before, after, status.reason, status.message)

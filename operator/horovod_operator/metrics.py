@@ -10,6 +10,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -51,6 +52,56 @@ API_REQUESTS: Final = Counter(
     ["verb", "kind"],
     registry=REGISTRY,
 )
+
+
+JOBS: Final = Gauge(
+    "horovod_operator_jobs",
+    "HorovodJobs the operator knows, by namespace and phase (Pending before a first status).",
+    ["namespace", "phase"],
+    registry=REGISTRY,
+)
+# Seconds: from seconds (a warm cluster, images present) to an hour (a queue, a pull).
+_WAIT_BUCKETS: Final = (1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+TIME_TO_RUNNING: Final = Histogram(
+    "horovod_operator_job_time_to_running_seconds",
+    "From an attempt's start (creation, or the restart) until every worker and the launcher run.",
+    ["namespace"],
+    buckets=_WAIT_BUCKETS,
+    registry=REGISTRY,
+)
+JOB_DURATION: Final = Histogram(
+    "horovod_operator_job_duration_seconds",
+    "From a job's start until it Succeeded or Failed, restarts included.",
+    ["namespace", "phase"],
+    buckets=(10, 30, 60, 300, 600, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600),
+    registry=REGISTRY,
+)
+
+
+class PhaseTracker:
+    """Feeds the JOBS gauge: each job counted once, under its latest phase."""
+
+    def __init__(self, gauge: Gauge = JOBS) -> None:
+        self._gauge = gauge
+        self._phases: dict[tuple[str, str], str] = {}
+
+    def set(self, key: tuple[str, str], phase: str | None) -> None:
+        phase = phase or "Pending"
+        before = self._phases.get(key)
+        if before == phase:
+            return
+        if before is not None:
+            self._gauge.labels(namespace=key[0], phase=before).dec()
+        self._gauge.labels(namespace=key[0], phase=phase).inc()
+        self._phases[key] = phase
+
+    def drop(self, key: tuple[str, str]) -> None:
+        before = self._phases.pop(key, None)
+        if before is not None:
+            self._gauge.labels(namespace=key[0], phase=before).dec()
+
+
+PHASES: Final = PhaseTracker()
 
 
 def count_request(verb: str, kind: str) -> None:

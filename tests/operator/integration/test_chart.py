@@ -3,6 +3,7 @@ the operator running as the chart's ServiceAccount, and least-privilege RBAC."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -108,6 +109,23 @@ def test_service_monitor_is_optional(cluster: KubeCluster) -> None:
     )
     monitor = next(d for d in on if d["kind"] == "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "http-metrics"
+
+
+def test_the_grafana_dashboard_is_optional_and_whole(cluster: KubeCluster, namespace: str) -> None:
+    assert "-dashboard" not in cluster.helm("template", "hvop", CHART).stdout
+    rendered = cluster.helm(
+        "template", "hvop", CHART, "-n", namespace, "--set", "metrics.dashboard.enabled=true"
+    ).stdout
+    board = next(
+        d
+        for d in _docs(rendered)
+        if d["kind"] == "ConfigMap" and "dashboard" in d["metadata"]["name"]
+    )
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    parsed = json.loads(board["data"]["horovod-operator.json"])
+    assert parsed["uid"] == "horovod-operator" and parsed["panels"]
+    proc = cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered, check=False)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -508,6 +508,12 @@ def test_health_and_metrics_endpoints(jobs: Jobs, namespace: str, cluster: KubeC
     assert "horovod_operator_jobs_created_total 1.0" in metrics
     assert "horovod_operator_jobs_succeeded_total 1.0" in metrics
     assert "horovod_operator_reconcile_duration_seconds_count" in metrics
+    namespace_label = f'namespace="{namespace}"'
+    assert f'horovod_operator_jobs{{{namespace_label},phase="Succeeded"}} 1.0' in metrics
+    assert f'horovod_operator_jobs{{{namespace_label},phase="Running"}} 0.0' in metrics
+    assert f"horovod_operator_job_time_to_running_seconds_count{{{namespace_label}}} 1.0" in metrics
+    duration = f'horovod_operator_job_duration_seconds_count{{{namespace_label},phase="Succeeded"}}'
+    assert f"{duration} 1.0" in metrics
 
 
 # --- restart safety -----------------------------------------------------------------------
