@@ -4,6 +4,7 @@ so `kubectl hvjob …` works too).
     hvjob submit train.py --workers 4 --gpus 1 -- --epochs 10   run a local script
     hvjob submit -f job.yaml                                    or a manifest
     hvjob list | describe NAME | logs NAME [-f] [--rank R] | wait NAME | delete NAME
+    hvjob convert mpijob.yaml > horovodjob.yaml                 from a kubeflow MPIJob
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from .client import FINISHED, HorovodJobClient, JobError, summary
+from .convert import ConvertError, convert
 from .submit import SubmitError, owned_by, script_job
 
 # Kubernetes object names: the job name doubles as a DNS label prefix for its pods.
@@ -73,7 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", help="delete a job and its pods")
     delete.add_argument("name")
     delete.add_argument("--wait", action="store_true")
+    conv = sub.add_parser("convert", help="a kubeflow MPIJob manifest as a HorovodJob")
+    conv.add_argument("filename", type=Path, help="the MPIJob YAML ('-': standard input)")
     return parser
+
+
+def _convert(filename: Path) -> int:
+    text = sys.stdin.read() if str(filename) == "-" else filename.read_text()
+    job, warnings = convert(yaml.safe_load(text))
+    for warning in warnings:
+        _say(f"warning: {warning}")
+    print(yaml.safe_dump(job, sort_keys=False), end="")
+    return 0
 
 
 def _submit(jobs: HorovodJobClient, args: argparse.Namespace) -> int:
@@ -127,6 +140,12 @@ def _describe(jobs: HorovodJobClient, name: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "convert":
+        try:
+            return _convert(args.filename)
+        except (ConvertError, OSError, yaml.YAMLError) as error:
+            _say(f"error: {error}")
+            return 1
     try:
         jobs = HorovodJobClient(args.namespace, kubeconfig=args.kubeconfig, context=args.context)
         if args.command == "submit":
