@@ -3,7 +3,8 @@
 #
 #   hack/demo.sh                   PyTorch example (examples/pytorch-digits.yaml)
 #   hack/demo.sh --tensorflow      TensorFlow example (examples/tensorflow-digits.yaml)
-#   hack/demo.sh --kubeconfig K    use that cluster (also when KUBECONFIG is set)
+#   hack/demo.sh --kubeconfig K    use that cluster (also when KUBECONFIG is set); it asks
+#                                  before changing it, or --yes says go ahead
 #   hack/demo.sh --skip-install    do not run hack/bootstrap.sh (all is installed already)
 #
 # Without a cluster it installs what is needed (hack/bootstrap.sh), starts the
@@ -22,6 +23,7 @@ cd "$repo"
 framework=pytorch
 kubeconfig="${KUBECONFIG:-}"
 skip_install=0
+assume_yes=0
 while (($#)); do
   case "$1" in
     --tensorflow) framework=tensorflow ;;
@@ -29,7 +31,8 @@ while (($#)); do
     --kubeconfig) kubeconfig="$2"; shift ;;
     --kubeconfig=*) kubeconfig="${1#*=}" ;;
     --skip-install) skip_install=1 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --yes|-y) assume_yes=1 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -44,6 +47,9 @@ example="examples/$job.yaml"
 local_cluster=0
 [[ -z "$kubeconfig" ]] && local_cluster=1
 operator_pid="" agent_pid=""
+# Set once the user's cluster may be changed (it asked, or --yes): only then is
+# anything there cleaned up.
+consented=0
 
 cleanup() {
   local rc=$?
@@ -60,7 +66,7 @@ cleanup() {
     fi
     hack/cluster.sh down --dir "$cluster_dir" >/dev/null 2>&1 || true
     say "logs of this run: $work/*.log"
-  elif [[ -n "${KUBECONFIG:-}" ]]; then
+  elif ((consented)); then
     kubectl delete hj "$job" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi
   exit "$rc"
@@ -108,16 +114,34 @@ else
   say "using the cluster of $KUBECONFIG (nothing local is started)"
   ((skip_install)) || SKIP_WORKER=1 hack/bootstrap.sh
   if ! command -v kubectl >/dev/null; then
-    export PATH="$(dirname "$(python3 -c 'import sys; sys.path.insert(0, "hack"); import cluster; print(cluster.bin_path("kubectl"))')"):$PATH"
+    export PATH="$(dirname "$(PYTHONPATH="$repo" python3 -c 'from localcluster import gobuild; print(gobuild.ensure("kubectl"))')"):$PATH"
   fi
+  # Someone else's cluster: say what will change there, and change it only when told to.
+  context="$(kubectl config current-context 2>/dev/null || echo '?')"
+  ns="$(kubectl config view --minify -o jsonpath='{..namespace}' 2>/dev/null || true)"
+  ns="${ns:-default}"
+  say "in context $context this demo will: apply the HorovodJob CRD (cluster-wide), run an operator"
+  say "here that watches namespace $ns only, and delete then re-create HorovodJob $job in $ns"
+  if ((!assume_yes)); then
+    if [[ -t 0 ]]; then
+      read -r -p "[demo] go ahead? [y/N] " answer
+      [[ "$answer" == y || "$answer" == Y || "$answer" == yes ]] || { say "nothing changed"; exit 1; }
+    else
+      say "not a terminal to ask in: nothing changed. Fix: hack/demo.sh --kubeconfig $KUBECONFIG --yes"
+      exit 2
+    fi
+  fi
+  consented=1
 fi
+namespace_args=()
+((local_cluster)) || namespace_args=(--namespace "$ns")
 
 say "installing the HorovodJob CRD"
 kubectl apply -f crds/ >/dev/null
 kubectl wait --for=condition=Established crd/horovodjobs.horovod.ai --timeout=60s >/dev/null
 
 say "starting the operator (log: $work/operator.log)"
-.venv/bin/python -m horovod_operator --kubeconfig "$KUBECONFIG" --http-port 0 \
+.venv/bin/python -m horovod_operator --kubeconfig "$KUBECONFIG" --http-port 0 "${namespace_args[@]}" \
   >"$work/operator.log" 2>&1 &
 operator_pid=$!
 
