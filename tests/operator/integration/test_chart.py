@@ -351,3 +351,60 @@ def test_operator_from_the_chart_reconciles_as_its_service_account(
     finally:
         stop_process(proc)
         print("--- operator log ---\n" + log_path.read_text(errors="replace")[-4000:])
+
+
+def test_namespace_editors_can_run_jobs_and_viewers_only_read_them(
+    cluster: KubeCluster, namespace: str, crd: None
+) -> None:
+    """The aggregated ClusterRoles, through Kubernetes' own RBAC aggregation."""
+    rendered = cluster.helm(
+        "template", "hvop", CHART, "-n", namespace, "--show-only", "templates/rbac/aggregate.yaml"
+    ).stdout
+    cluster.kubectl("apply", "-f", "-", input=rendered)
+    for user, role in (("alice", "edit"), ("bob", "view")):
+        cluster.kubectl(
+            "create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}",
+            f"--user={user}", "-n", namespace,
+        )  # fmt: skip
+
+    def can(user: str, verb: str) -> bool:
+        proc = cluster.kubectl(
+            "auth", "can-i", verb, "horovodjobs.horovod.ai", f"--as={user}", "-n", namespace,
+            check=False,
+        )  # fmt: skip
+        return proc.stdout.strip() == "yes"
+
+    # The controller-manager aggregates the rules into edit/view a moment later.
+    wait_for(lambda: can("alice", "create") and can("bob", "list"), 30, 0.5, "aggregation")
+    assert can("alice", "delete") and can("alice", "watch")
+    assert not can("bob", "create") and not can("bob", "delete")
+
+
+def test_crds_from_the_templates_extra_settings_and_topology_spread(
+    cluster: KubeCluster, namespace: str
+) -> None:
+    rendered = _docs(
+        cluster.helm(
+            "template", "hvop", CHART, "-n", namespace,
+            "--set", "crds.enabled=true",
+            "--set", "extraArgs[0]=--qps=20",
+            "--set", "extraEnv[0].name=HTTPS_PROXY", "--set", "extraEnv[0].value=http://proxy:3128",
+            "--set", "topologySpreadConstraints[0].maxSkew=1",
+            "--set", "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "--set", "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+            "--set", "global.imageRegistry=ignored",
+        ).stdout
+    )  # fmt: skip
+    crd = next(d for d in rendered if d["kind"] == "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert (
+        crd["spec"]
+        == yaml.safe_load((REPO / "crds" / "horovod.ai_horovodjobs.yaml").read_text())["spec"]
+    ), "the templated CRD is the one in crds/"
+    pod = next(d for d in rendered if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][-1] == "--qps=20"
+    assert {"name": "HTTPS_PROXY", "value": "http://proxy:3128"} in container["env"]
+    spread = pod["topologySpreadConstraints"][0]
+    assert spread["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "hvop"
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone"
