@@ -40,6 +40,14 @@ LAUNCHER_SSH_CLIENT_COMMAND: Final = ("python", "-m", "horovod_worker.sshd", "--
 # process as its own world of size 1.
 ENV_EXPECTED_SIZE: Final = "HVJOB_EXPECTED_SIZE"
 
+# The GPUs each worker pod asked for (set by the operator only when it asked for
+# some). A rank that then sees none refuses to train on the CPU: a missing device
+# plugin or runtime class must not pass for a slow success.
+ENV_GPUS_PER_WORKER: Final = "HVJOB_GPUS_PER_WORKER"
+# "1": training on the CPU is expected even so (the trainers' --allow-cpu; the
+# local node agent sets it, its GPUs being pretend ones).
+ENV_ALLOW_CPU: Final = "HVJOB_ALLOW_CPU"
+
 # Every rank prints one line at start, "<RANK_PREFIX> rank=R size=N local_rank=L
 # local_size=M hostname=H device=D", so that tests and users see where each rank
 # ran and on which device (gpu:<i> or cpu).

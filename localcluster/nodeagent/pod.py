@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import horovod_contract as contract
+
 from . import netns, probes, spec
 from .kube import ApiError
 from .mounts import container_mounts, write_etc
@@ -262,6 +264,11 @@ class PodRunner(threading.Thread):
         }
         if self.gpus and self.host.host_has_gpus:
             base["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        elif not self.host.host_has_gpus:
+            # The nodes' GPUs are pretend ones on a host without any: the trainers
+            # are told that training on the CPU is expected. Every container, the
+            # launcher's too: horovodrun hands its environment to the ranks.
+            base[contract.ENV_ALLOW_CPU] = "1"
 
         def lookup(kind: str, name: str) -> dict[str, str] | None:
             obj = self.host.kube.object_data(kind, self.namespace, name)

@@ -160,6 +160,10 @@ def _env(job: HorovodJob, role: str) -> list[Obj]:
         {"name": names.ENV_ROLE, "value": role},
         {"name": contract.ENV_EXPECTED_SIZE, "value": str(job.spec.total_slots())},
     ]
+    gpus = job.spec.worker.resources.gpus() if job.spec.worker.resources else None
+    if gpus:
+        # On the launcher too: horovodrun exports its environment to every rank.
+        env.append({"name": contract.ENV_GPUS_PER_WORKER, "value": str(gpus)})
     if role == names.ROLE_LAUNCHER:
         # Open MPI shortens hostfile names to their first label, and
         # `<job>-worker-<i>` alone does not resolve: pods' DNS search path covers

@@ -23,6 +23,8 @@ ENV_WORKER = [
     {"name": "HVJOB_NAMESPACE", "value": "team"},
     {"name": "HVJOB_ROLE", "value": "worker"},
     {"name": "HVJOB_EXPECTED_SIZE", "value": "4"},
+    # The job asks for 2 GPUs per worker: a rank that sees none refuses the CPU.
+    {"name": "HVJOB_GPUS_PER_WORKER", "value": "2"},
 ]
 VOLUMES = [
     {"name": "horovod-ssh", "secret": {"secretName": "mnist-ssh", "defaultMode": 0o444}},

@@ -42,6 +42,8 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         p for p in (str(REPO / "worker"), str(REPO / "contract"), env.get("PYTHONPATH", "")) if p
     )
     env.pop("HVJOB_EXPECTED_SIZE", None)
+    # CPU training, explicitly: these tests compare CPU runs and must pass on a GPU host too.
+    env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(extra or {})
     return env
 

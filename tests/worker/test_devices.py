@@ -1,5 +1,7 @@
 """Device selection by local rank, with simulated lists of visible GPUs."""
 
+from pathlib import Path
+
 import pytest
 
 from horovod_worker.devices import DeviceChoice, DeviceError, select_device
@@ -61,3 +63,36 @@ def test_too_few_gpus_is_an_error_naming_the_cause(local_size: int, gpus: int) -
 def test_impossible_local_rank_is_rejected(local_rank: int, local_size: int) -> None:
     with pytest.raises(ValueError, match="not within local_size"):
         select_device(local_rank, local_size, [H100])
+
+
+def test_a_pod_that_asked_for_gpus_and_sees_none_refuses_the_cpu() -> None:
+    from horovod_worker.devices import select_for_pod
+
+    asked = {"HVJOB_GPUS_PER_WORKER": "2", "CUDA_VISIBLE_DEVICES": ""}
+    with pytest.raises(DeviceError, match=r"asked for 2 GPU\(s\).*--allow-cpu"):
+        select_for_pod(0, 1, [], environ=asked)
+    assert not select_for_pod(0, 1, [], allow_cpu=True, environ=asked).is_gpu
+    pretend = {**asked, "HVJOB_ALLOW_CPU": "1"}
+    assert not select_for_pod(0, 1, [], environ=pretend).is_gpu
+    # Nothing asked for: the CPU is the plan.
+    assert not select_for_pod(0, 1, [], environ={}).is_gpu
+    assert select_for_pod(1, 2, ["A", "B"], environ=asked).gpu_index == 1
+
+
+def test_threads_follow_the_cgroup_cpu_limit(tmp_path: Path) -> None:
+    from horovod_worker.devices import cgroup_cpu_limit, default_threads
+
+    assert cgroup_cpu_limit(tmp_path) is None
+    (tmp_path / "cpu.max").write_text("250000 100000\n")
+    assert cgroup_cpu_limit(tmp_path) == 2.5
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_limit(tmp_path) is None
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_limit(tmp_path) == 4.0
+    # 64 cores visible, a 2.5-CPU limit, 2 ranks: 3 usable cores shared -> 1 each.
+    assert default_threads(2, cpu_limit=2.5, cores=64) == 1
+    assert default_threads(2, cpu_limit=None, cores=64) == 32
+    assert default_threads(4, cpu_limit=0.5, cores=2) == 1

@@ -46,6 +46,7 @@ class TrainConfig:
     resume: bool
     synthetic_samples: int
     threads: int | None
+    allow_cpu: bool = False
 
 
 def log(rank: int, message: str) -> None:
@@ -216,12 +217,6 @@ def parse_result(output: str) -> dict[str, Any]:
         if result is not None:
             return result
     raise ValueError(f"no {contract.RESULT_PREFIX} line in the output")
-
-
-def default_threads(local_size: int) -> int:
-    """CPU threads per process: the cores shared by the processes on this host."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // max(1, local_size))
 
 
 # Set in every process that horovodrun or mpirun starts.

@@ -33,7 +33,6 @@ from horovod_worker.common import (
     agree_on_error,
     check_expected_size,
     checksum,
-    default_threads,
     ensure_writable_dir,
     hostname,
     learning_rate,
@@ -42,7 +41,13 @@ from horovod_worker.common import (
     run_summary,
 )
 from horovod_worker.data import DataError, Dataset, eval_shard, load
-from horovod_worker.devices import DeviceChoice, DeviceError, select_device
+from horovod_worker.devices import (
+    DeviceChoice,
+    DeviceError,
+    cgroup_cpu_limit,
+    default_threads,
+    select_for_pod,
+)
 
 keras = tf.keras
 
@@ -63,12 +68,10 @@ def check_legacy_keras() -> None:
         )
 
 
-def pin_device(local_rank: int, local_size: int) -> DeviceChoice:
+def pin_device(local_rank: int, local_size: int, allow_cpu: bool = False) -> DeviceChoice:
     """Make only this rank's GPU visible to TensorFlow, with memory growth."""
     gpus = tf.config.list_physical_devices("GPU")
-    choice = select_device(
-        local_rank, local_size, [gpu.name for gpu in gpus], os.environ.get("CUDA_VISIBLE_DEVICES")
-    )
+    choice = select_for_pod(local_rank, local_size, [gpu.name for gpu in gpus], allow_cpu)
     if choice.gpu_index is not None:
         gpu = gpus[choice.gpu_index]
         try:
@@ -182,7 +185,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     rank, size = hvd.rank(), hvd.size()
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
     check_expected_size(size)
-    threads = config.threads or default_threads(local_size)
+    threads = config.threads or default_threads(local_size, cgroup_cpu_limit())
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
 
@@ -192,7 +195,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     try:
         # Before anything that could start TensorFlow's runtime: devices can be
         # hidden only until then.
-        choice = pin_device(local_rank, local_size)
+        choice = pin_device(local_rank, local_size, config.allow_cpu)
         check_legacy_keras()
         dataset = load(config.dataset, config.data_dir, config.synthetic_samples)
         if rank == 0 and config.checkpoint_dir is not None:

@@ -33,7 +33,6 @@ from horovod_worker.common import (
     agree_on_error,
     check_expected_size,
     checksum,
-    default_threads,
     ensure_writable_dir,
     hostname,
     learning_rate,
@@ -42,7 +41,13 @@ from horovod_worker.common import (
     run_summary,
 )
 from horovod_worker.data import DataError, Dataset, eval_shard, load
-from horovod_worker.devices import DeviceChoice, DeviceError, select_device
+from horovod_worker.devices import (
+    DeviceChoice,
+    DeviceError,
+    cgroup_cpu_limit,
+    default_threads,
+    select_for_pod,
+)
 
 CHECKPOINT_GLOB = "checkpoint-*.pt"
 
@@ -129,16 +134,14 @@ def run(config: TrainConfig) -> dict[str, Any]:
     rank, size = hvd.rank(), hvd.size()
     local_rank, local_size = hvd.local_rank(), hvd.local_size()
     check_expected_size(size)
-    torch.set_num_threads(config.threads or default_threads(local_size))
+    torch.set_num_threads(config.threads or default_threads(local_size, cgroup_cpu_limit()))
 
     # 1. Everything that can fail on one rank, agreed on by all.
     error: str | None = None
     choice = DeviceChoice(None, "", "not selected")
     dataset: Dataset | None = None
     try:
-        choice = select_device(
-            local_rank, local_size, visible_gpus(), os.environ.get("CUDA_VISIBLE_DEVICES")
-        )
+        choice = select_for_pod(local_rank, local_size, visible_gpus(), config.allow_cpu)
         dataset = load(config.dataset, config.data_dir, config.synthetic_samples)
         if rank == 0 and config.checkpoint_dir is not None:
             ensure_writable_dir(config.checkpoint_dir, "checkpoint dir")

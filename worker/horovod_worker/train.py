@@ -128,7 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--threads",
         type=positive_int,
-        help="CPU threads per process (default: the host's cores divided by the local processes)",
+        help="CPU threads per process (default: the cores this container may use, by its "
+        "affinity and CPU limit, divided by the local processes)",
+    )
+    parser.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="train on the CPU even when the pod asked for GPUs and none is visible "
+        "(default: fail, naming the missing device plugin or runtime)",
     )
     return parser
 
@@ -160,6 +167,7 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         resume=args.resume,
         synthetic_samples=args.synthetic_samples,
         threads=args.threads,
+        allow_cpu=args.allow_cpu,
     )
 
 

@@ -66,3 +66,14 @@ def test_a_process_alone_when_the_launcher_meant_two_fails() -> None:
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith(ERROR)
     assert "hvd.size() is 1" in lines[-1] and "HOROVOD_CONTROLLER=gloo" in lines[-1]
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_gpus_asked_for_but_none_visible_fails_unless_cpu_is_allowed(framework: str) -> None:
+    asked = {contract.ENV_GPUS_PER_WORKER: "1"}
+    run = horovodrun([f"--framework={framework}", "--epochs=1"], env=asked, timeout=240)
+    assert_every_rank_failed_with(run, "the pod asked for 1 GPU(s) (nvidia.com/gpu) but none")
+    allowed = horovodrun(
+        [f"--framework={framework}", "--epochs=1", "--allow-cpu"], env=asked, timeout=240
+    )
+    assert allowed.returncode == 0, allowed.output[-3000:]
