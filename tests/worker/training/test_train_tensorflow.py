@@ -83,3 +83,18 @@ def test_keras_fit_ranks_end_with_identical_weights() -> None:
     assert result["mode"] == "fit"
     assert result["keras_version"].startswith("tf-keras 2.")
     assert result["initial_checksums"][0] != result["initial_checksums"][1]
+
+
+def test_keras_fit_follows_the_same_warm_up_as_the_custom_loop() -> None:
+    # A fractional warm-up: Horovod's LearningRateWarmupCallback checks its end only
+    # at epoch boundaries and kept ramping past --lr x size through the second epoch.
+    args = [*COMMON, "--epochs=2", "--warmup-epochs=1.5", "--seed=3"]
+    fit = horovodrun([*args, "--mode=fit"])
+    tape = horovodrun([*args, "--mode=tape"])
+    assert fit.returncode == 0, fit.output[-3000:]
+    assert tape.returncode == 0, tape.output[-3000:]
+    fit_lrs = [epoch["lr"] for epoch in fit.result()["history"]]
+    tape_lrs = [epoch["lr"] for epoch in tape.result()["history"]]
+    target = 0.05 * 2
+    assert fit_lrs == pytest.approx(tape_lrs, rel=1e-6), (fit_lrs, tape_lrs)
+    assert fit_lrs[0] < target and fit_lrs[1] == pytest.approx(target, rel=1e-6), fit_lrs
