@@ -58,6 +58,7 @@ def container_mounts(pod_dir: Path, pod: Obj, container: Obj, host: PodHost) -> 
             mounts.append({"source": str(blank), "target": rc, "readOnly": True})
     message_file = pod_dir / f"{container['name']}.termination-log"
     message_file.touch()
+    message_file.chmod(0o666)  # as the kubelet makes it: any container user writes it
     message_path = container.get("terminationMessagePath") or "/dev/termination-log"
     host.ensure_mountpoint(Path(message_path), is_dir=False)
     mounts.append({"source": str(message_file), "target": message_path, "readOnly": False})

@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import sys
+from typing import Any
 
 MS_RDONLY = 0x1
 MS_REMOUNT = 0x20
@@ -40,6 +41,30 @@ def bind(source: str, target: str, read_only: bool) -> None:
         _mount(source, target, MS_BIND | MS_REMOUNT | MS_RDONLY)
 
 
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+CAP_LAST = 63  # prctl refuses numbers past the kernel's last capability (EINVAL)
+
+
+def _prctl(option: int, arg: int) -> int:
+    return int(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
+
+
+def become(user: dict[str, Any] | None) -> None:
+    """Drop to the container's user (securityContext): capabilities, groups, uid."""
+    if not user:
+        return
+    if user["drop_all_capabilities"]:
+        for cap in range(CAP_LAST + 1):
+            _prctl(PR_CAPBSET_DROP, cap)
+    if user["uid"] != 0 or user["gid"] != 0 or user["groups"]:
+        os.setgroups(user["groups"])
+        os.setgid(user["gid"])
+        os.setuid(user["uid"])  # a non-root uid loses every capability it had
+    if user["no_new_privs"] and _prctl(PR_SET_NO_NEW_PRIVS, 1) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
 def main() -> None:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
@@ -57,6 +82,7 @@ def main() -> None:
                     open(m["target"], "a").close()
             bind(f"/proc/self/fd/{fd}", m["target"], m.get("readOnly", False))
         os.chdir(spec.get("workingDir") or "/")
+        become(spec.get("user"))
     except OSError as exc:
         print(f"nodeagent: setting up the container failed: {exc}", file=sys.stderr, flush=True)
         sys.exit(128)

@@ -153,6 +153,35 @@ def test_pod_phase_before_and_after_init() -> None:
     assert spec.pod_phase("OnFailure", False, True, waiting) == "Pending"
 
 
+@pytest.mark.parametrize(
+    ("pod_context", "context", "expected"),
+    [
+        ({}, {}, spec.RunAs(0, 0, (), False, False)),
+        # runAsNonRoot without a user: the worker image's user stands in for the image's.
+        (
+            {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            spec.RunAs(1000, 1000, (), True, True),
+        ),
+        # The container's settings win over the pod's; fsGroup joins the groups.
+        (
+            {"runAsUser": 2000, "runAsGroup": 3000, "fsGroup": 4000, "supplementalGroups": [5]},
+            {"runAsUser": 2500},
+            spec.RunAs(2500, 3000, (5, 4000), False, False),
+        ),
+    ],
+)
+def test_run_as(pod_context: dict[str, Any], context: dict[str, Any], expected: Any) -> None:
+    pod = {"spec": {"securityContext": pod_context}}
+    assert spec.run_as(pod, {"name": "c", "securityContext": context}) == expected
+
+
+def test_run_as_non_root_refuses_uid_0() -> None:
+    pod = {"spec": {"securityContext": {"runAsNonRoot": True, "runAsUser": 0}}}
+    with pytest.raises(ValueError, match="runAsNonRoot and would run as root"):
+        spec.run_as(pod, {"name": "c"})
+
+
 def test_exit_codes_and_log_tail() -> None:
     assert spec.exit_code_of(-9) == 137
     assert spec.exit_code_of(3) == 3
