@@ -70,6 +70,12 @@ class Agent(PodHost):
             self.state,
             *(Path(p).resolve() for p in (opts.path_prefix or "").split(":") if p),
             *(Path(p).resolve() for p in opts.python_path.split(":") if p),
+            # The interpreter a venv links to (its stdlib and binary), wherever it is.
+            *(
+                (Path(p) / "python").resolve().parent.parent
+                for p in (opts.path_prefix or "").split(":")
+                if p and (Path(p) / "python").exists()
+            ),
         ]
         self.allocatable = {
             "cpu": opts.cpu,

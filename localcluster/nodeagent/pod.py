@@ -25,7 +25,7 @@ from typing import Any
 
 from . import netns, probes, spec
 from .kube import ApiError
-from .mounts import container_mounts, write_etc
+from .mounts import container_mounts, reachable_mounts, write_etc
 from .podhost import PodHost
 from .probes import Probe
 from .spec import HOME, NODE_IP, ContainerState, Obj
@@ -307,7 +307,10 @@ class PodRunner(threading.Thread):
                 env = {**env, "HOME": spec.NON_ROOT_HOME}
             launch = {
                 "hostname": spec.pod_hostname(self.pod),
-                "mounts": container_mounts(self.dir, self.pod, c.spec, self.host),
+                "mounts": [
+                    *reachable_mounts(self.host.shared_paths, user.uid),
+                    *container_mounts(self.dir, self.pod, c.spec, self.host),
+                ],
                 "workingDir": c.spec.get("workingDir"),
                 "argv": argv,
                 "env": env,

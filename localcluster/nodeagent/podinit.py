@@ -22,6 +22,8 @@ import sys
 from typing import Any
 
 MS_RDONLY = 0x1
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
 MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
@@ -65,14 +67,28 @@ def become(user: dict[str, Any] | None) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
+def tmpfs(target: str, mode: int) -> None:
+    options = f"mode={mode:o}".encode()
+    flags = MS_NOSUID | MS_NODEV
+    if _libc.mount(b"tmpfs", target.encode(), b"tmpfs", flags, options) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+
+
 def main() -> None:
     with open(sys.argv[1]) as f:
         spec = json.load(f)
     try:
         socket.sethostname(spec["hostname"])
         # Hold every source first: a later mount (the private /tmp) may hide its path.
-        sources = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in spec["mounts"]]
+        sources = [
+            os.open(m["source"], os.O_PATH | os.O_CLOEXEC) if "source" in m else -1
+            for m in spec["mounts"]
+        ]
         for m, fd in zip(spec["mounts"], sources, strict=True):
+            if m.get("tmpfs"):
+                tmpfs(m["target"], m["mode"])
+                continue
             if not os.path.lexists(m["target"]):
                 # Only under the pod's private ~/.ssh or /tmp: the agent made the others.
                 if os.path.isdir(f"/proc/self/fd/{fd}"):

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from localcluster.operator import OperatorProcess
 from localcluster.paths import REPO
 from localcluster.processes import stop_process
 from tests.support.cluster import KubeCluster, fresh_namespace, session_cluster
-from tests.support.nodeagent import AGENT, Agent
+from tests.support.nodeagent import AGENT, PYTHON, Agent
 
 
 @pytest.fixture(scope="session")
@@ -73,6 +74,23 @@ def agent(cluster: KubeCluster) -> Iterator[Agent]:
         stop_process(proc, timeout=60)
         leftover = handle.netns()
         assert not leftover, f"the agent left network namespaces behind: {leftover}"
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
+    """The CRD installed and the operator running (its log file is yielded)."""
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
+    )
+    operator = OperatorProcess(
+        cluster.kubeconfig, [], agent.state_dir / "operator.log", python=str(PYTHON)
+    )
+    operator.start_and_wait(timeout=60)
+    try:
+        yield operator.log_path
+    finally:
+        operator.stop(timeout=30)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,10 @@ import yaml
 
 from horovod_worker.common import parse_result
 from horovod_worker.rank_output import rank_lines, split_by_rank
-from localcluster.operator import OperatorProcess
 from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster
-from tests.support.nodeagent import LOCAL_PLACEMENT, PYTHON, Agent, alive
+from tests.support.nodeagent import LOCAL_PLACEMENT, Agent, alive
 
 ACCURACY_BAR = 0.90
 RANK_LINE = re.compile(
@@ -34,35 +32,20 @@ RANK_LINE = re.compile(
 CHECKPOINT_DIR = "/checkpoints"
 
 
-@pytest.fixture(scope="session")
-def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
-    """The CRD installed and the operator running (its log file is yielded)."""
-    cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
-    operator = OperatorProcess(
-        cluster.kubeconfig, [], agent.state_dir / "operator.log", python=str(PYTHON)
-    )
-    operator.start_and_wait(timeout=60)
-    try:
-        yield operator.log_path
-    finally:
-        operator.stop(timeout=30)
-
-
 def example_job(
     framework: str,
     name: str,
     *,
+    example: str | None = None,
     replicas: int = 2,
     slots: int = 1,
     extra_args: tuple[str, ...] = (),
     backoff_limit: int | None = None,
 ) -> dict[str, Any]:
-    """examples/<framework>-digits.yaml, placed on the agent's nodes through the templates."""
+    """examples/<framework>-digits.yaml (or examples/<example>.yaml), placed on the
+    agent's nodes through the templates."""
     job: dict[str, Any] = yaml.safe_load(
-        (REPO / "examples" / f"{framework}-digits.yaml").read_text()
+        (REPO / "examples" / f"{example or framework + '-digits'}.yaml").read_text()
     )
     job["metadata"]["name"] = name
     spec = job["spec"]
