@@ -34,6 +34,24 @@ WORKER_SSHD_COMMAND: Final = ("python", "-m", "horovod_worker.sshd")
 # that verifies the job's host key first on PATH, then execs what follows `--`.
 LAUNCHER_SSH_CLIENT_COMMAND: Final = ("python", "-m", "horovod_worker.sshd", "--client-only", "--")
 
+# launchMode: gloo. No ssh: the launcher serves Horovod's Gloo rendezvous (an HTTP
+# key-value store) on this port, and each worker starts its own ranks. Above 1024
+# so that a non-root launcher can bind it.
+GLOO_RENDEZVOUS_PORT: Final = 2223
+# The launcher's command: reads the hostfile, serves the rendezvous for the plan
+# it describes, and ends once every worker has reported that its ranks ended.
+GLOO_LAUNCHER_COMMAND: Final = ("python", "-m", "horovod_worker.gloo_launcher")
+# The worker's prefix: waits for the rendezvous, starts slotsPerWorker ranks of
+# what follows `--` with Horovod's rank environment, exits with their result.
+GLOO_WORKER_COMMAND: Final = ("python", "-m", "horovod_worker.gloo_worker", "--")
+# What a gloo worker is told about its place in the job (set by the operator).
+ENV_GLOO_RENDEZVOUS: Final = "HVJOB_GLOO_RENDEZVOUS"  # <launcher host>:<port>
+ENV_GLOO_RENDEZVOUS_TIMEOUT: Final = "HVJOB_GLOO_RENDEZVOUS_TIMEOUT"  # seconds to wait for it
+ENV_WORKER_INDEX: Final = "HVJOB_WORKER_INDEX"  # 0 .. replicas-1
+ENV_WORKER_HOST: Final = "HVJOB_WORKER_HOST"  # the worker's name in the launcher's plan
+ENV_WORKER_COUNT: Final = "HVJOB_WORKER_COUNT"  # replicas
+ENV_SLOTS_PER_WORKER: Final = "HVJOB_SLOTS_PER_WORKER"
+
 # The number of ranks the launcher starts (replicas x slotsPerWorker). Trainers
 # compare hvd.size() with it and fail loudly on a mismatch, because a Horovod
 # built with MPI but started without the Gloo controller silently runs every

@@ -41,6 +41,7 @@ class Options:
     subnet: str
     taint: bool
     path_prefix: str
+    python_path: str = ""
 
 
 def netns_prefix(state_dir: Path) -> str:
@@ -62,11 +63,19 @@ class Agent(PodHost):
         self.path = (
             f"{opts.path_prefix}:{spec.DEFAULT_PATH}" if opts.path_prefix else (spec.DEFAULT_PATH)
         )
+        self.python_path = opts.python_path
         # Host paths every pod must see: its own state (volume sources) and the
         # programs standing in for the image. A pod-private directory never hides them.
         self.shared_paths = [
             self.state,
             *(Path(p).resolve() for p in (opts.path_prefix or "").split(":") if p),
+            *(Path(p).resolve() for p in opts.python_path.split(":") if p),
+            # The interpreter a venv links to (its stdlib and binary), wherever it is.
+            *(
+                (Path(p) / "python").resolve().parent.parent
+                for p in (opts.path_prefix or "").split(":")
+                if p and (Path(p) / "python").exists()
+            ),
         ]
         self.allocatable = {
             "cpu": opts.cpu,

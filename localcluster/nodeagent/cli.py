@@ -49,6 +49,7 @@ def _run(args: argparse.Namespace) -> int:
         subnet=args.subnet,
         taint=not args.no_taint,
         path_prefix=args.path_prefix,
+        python_path=args.python_path,
     )
     agent = agent_mod.Agent(opts)
     stop = threading.Event()
@@ -206,6 +207,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--path-prefix",
         default=str(REPO / ".venv" / "bin"),
         help="put first on every container's PATH (stands in for the image) [%(default)s]",
+    )
+    run.add_argument(
+        "--python-path",
+        default=f"{REPO / 'worker'}:{REPO / 'contract'}",
+        help="every container's PYTHONPATH: this checkout's worker packages stand in for the "
+        "image's ('' for none) [%(default)s]",
     )
     run.add_argument("--ready-file", help="written once the nodes are Ready; removed on exit")
     run.add_argument("-v", "--verbose", action="store_true")

@@ -27,6 +27,38 @@ def write_etc(pod_dir: Path, pod: Obj, pod_ip: str, nameserver: str) -> None:
     (etc / "hostname").write_text(spec.pod_hostname(pod) + "\n")
 
 
+def reachable_mounts(paths: list[Path], uid: int) -> list[Obj]:
+    """What a non-root container needs to reach `paths` (the programs standing in
+    for the image, e.g. a Python under /root/.pyenv behind a 0700 /root): a tmpfs
+    over each directory on the way that `uid` cannot traverse, with the part of the
+    path below it bound back. The container sees nothing else there, as a
+    container would not; the host's directories keep their modes.
+    """
+    if uid == 0:
+        return []
+    hidden: list[Obj] = []
+    bound: list[Obj] = []
+    for path in paths:
+        for parent in reversed(path.parents):
+            if _traversable(parent, uid):
+                continue
+            child = Path(*path.parts[: len(parent.parts) + 1])
+            if not any(m["target"] == str(parent) for m in hidden):
+                hidden.append({"tmpfs": True, "target": str(parent), "mode": 0o755})
+            if not any(m["target"] == str(child) for m in bound):
+                bound.append({"source": str(child), "target": str(child), "readOnly": True})
+            break
+    return hidden + bound
+
+
+def _traversable(directory: Path, uid: int) -> bool:
+    try:
+        st = directory.stat()
+    except OSError:
+        return True  # nothing there to hide
+    return bool(st.st_mode & 0o001) or (st.st_uid == uid and bool(st.st_mode & 0o100))
+
+
 def container_mounts(pod_dir: Path, pod: Obj, container: Obj, host: PodHost) -> list[Obj]:
     """The mounts of one container: {"source", "target", "readOnly"}, in mount order."""
     volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
@@ -58,6 +90,7 @@ def container_mounts(pod_dir: Path, pod: Obj, container: Obj, host: PodHost) -> 
             mounts.append({"source": str(blank), "target": rc, "readOnly": True})
     message_file = pod_dir / f"{container['name']}.termination-log"
     message_file.touch()
+    message_file.chmod(0o666)  # as the kubelet makes it: any container user writes it
     message_path = container.get("terminationMessagePath") or "/dev/termination-log"
     host.ensure_mountpoint(Path(message_path), is_dir=False)
     mounts.append({"source": str(message_file), "target": message_path, "readOnly": False})

@@ -10,6 +10,7 @@ the agent is a PodHost (podhost.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ import horovod_contract as contract
 
 from . import netns, probes, spec
 from .kube import ApiError
-from .mounts import container_mounts, write_etc
+from .mounts import container_mounts, reachable_mounts, write_etc
 from .podhost import PodHost
 from .probes import Probe
 from .spec import HOME, NODE_IP, ContainerState, Obj
@@ -262,6 +263,8 @@ class PodRunner(threading.Thread):
             "HOSTNAME": spec.pod_hostname(self.pod),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
         }
+        if self.host.python_path:
+            base["PYTHONPATH"] = self.host.python_path
         if self.gpus and self.host.host_has_gpus:
             base["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
         elif not self.host.host_has_gpus:
@@ -305,12 +308,20 @@ class PodRunner(threading.Thread):
         name = c.spec["name"]
         try:
             argv = spec.command_line(c.spec, c.env)
+            user = spec.run_as(self.pod, c.spec)
+            env = c.env
+            if user.uid != 0 and env.get("HOME") == HOME:
+                env = {**env, "HOME": spec.NON_ROOT_HOME}
             launch = {
                 "hostname": spec.pod_hostname(self.pod),
-                "mounts": container_mounts(self.dir, self.pod, c.spec, self.host),
+                "mounts": [
+                    *reachable_mounts(self.host.shared_paths, user.uid),
+                    *container_mounts(self.dir, self.pod, c.spec, self.host),
+                ],
                 "workingDir": c.spec.get("workingDir"),
                 "argv": argv,
-                "env": c.env,
+                "env": env,
+                "user": dataclasses.asdict(user),
             }
         except (ValueError, KeyError) as exc:
             # Unrunnable (no command, a bad reference): a container that failed at once.
@@ -329,7 +340,7 @@ class PodRunner(threading.Thread):
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env=c.env,
+                env=env,
             )
         s = c.state
         s.state, s.reason, s.message, s.exit_code = "running", "", "", None

@@ -24,6 +24,9 @@ class PodHost(Protocol):
     logs_dir: Path  # <logs_dir>/<ns>_<pod>_<uid>/<container>.log: kept after the agent stops
     stopping: threading.Event  # set when the agent shuts down: every pod stops at once
     path: str  # every container's PATH (the path prefix standing in for the image first)
+    # Every container's PYTHONPATH ("" for none): the checkout's worker packages, as
+    # the image has them (the venv's own install may be another checkout's).
+    python_path: str
     # Host paths every pod must see (the agent's state, the image's stand-in programs):
     # a pod-private directory that would hide one is not made private.
     shared_paths: list[Path]

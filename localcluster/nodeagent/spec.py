@@ -20,8 +20,15 @@ CLUSTER_DOMAIN = "cluster.local"
 # Every node's (and so every pod's host) address: where the API server finds the log endpoint.
 NODE_IP = "127.0.0.1"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Containers run as root, with the host's root HOME.
+# Containers run as root, with the host's root HOME, unless their securityContext
+# says otherwise (run_as).
 HOME = "/root"
+# No images: the host's programs stand in for the image, whose user is root. A
+# container that must not run as root (runAsNonRoot) and names no user runs as
+# the worker image's user instead (Dockerfile.worker: USER 1000:1000), with the
+# HOME a runtime gives a uid the image's passwd does not know.
+IMAGE_NON_ROOT_USER = (1000, 1000)
+NON_ROOT_HOME = "/"
 # A Secret or ConfigMap file's mode when neither defaultMode nor the item's mode is set.
 DEFAULT_FILE_MODE = 0o644
 
@@ -188,6 +195,50 @@ def command_line(container: Obj, env: Mapping[str, str]) -> list[str]:
             "so it cannot fall back to an image's entrypoint"
         )
     return argv
+
+
+# ---------------------------------------------------------------- users
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """Who a container's process is, and what it may gain (podinit.py applies it)."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    no_new_privs: bool  # allowPrivilegeEscalation: false
+    drop_all_capabilities: bool  # capabilities.drop: [ALL] (the bounding set)
+
+
+def run_as(pod: Obj, container: Obj) -> RunAs:
+    """The container's user from its securityContext and the pod's (the container's
+    wins), as the kubelet resolves it; ValueError where runAsNonRoot meets uid 0."""
+    pod_context = pod["spec"].get("securityContext") or {}
+    context = container.get("securityContext") or {}
+
+    def pick(key: str) -> Any:
+        return context.get(key, pod_context.get(key))
+
+    uid, gid, non_root = pick("runAsUser"), pick("runAsGroup"), pick("runAsNonRoot")
+    if uid is None:
+        uid, image_gid = IMAGE_NON_ROOT_USER if non_root else (0, 0)
+        gid = image_gid if gid is None else gid
+    if non_root and uid == 0:
+        raise ValueError(
+            f"container {container['name']!r} has runAsNonRoot and would run as root (uid 0)"
+        )
+    groups = [int(g) for g in pod_context.get("supplementalGroups") or ()]
+    if pod_context.get("fsGroup") is not None:
+        groups.append(int(pod_context["fsGroup"]))
+    drop = (context.get("capabilities") or {}).get("drop") or ()
+    return RunAs(
+        uid=int(uid),
+        gid=int(gid or 0),
+        groups=tuple(groups),
+        no_new_privs=context.get("allowPrivilegeEscalation") is False,
+        drop_all_capabilities="ALL" in drop,
+    )
 
 
 # ---------------------------------------------------------------- volumes

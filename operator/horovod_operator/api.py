@@ -8,8 +8,8 @@ Validation is split in two, and both halves live here:
 
 * Schema rules (types, ranges, enums, unknown fields) are also in the CRD, so the
   API server rejects them at apply time.
-* Rules across fields (slots above GPUs, launch modes that do not exist yet,
-  fields that cannot change once a job started) are CEL rules in the CRD too
+* Rules across fields (slots above GPUs, a gang larger than the job, fields
+  that cannot change once a job started) are CEL rules in the CRD too
   (:mod:`horovod_operator.validation`), so most bad edits are refused at
   apply time. The operator checks them again (a CRD from an older release may
   lack them) together with what CEL cannot see (names too long for DNS,
@@ -109,7 +109,8 @@ class ResourceRequirements(_Model):
 
 
 class WorkerSpec(_Model):
-    """The worker pods: each runs sshd (by default) and hosts slotsPerWorker ranks."""
+    """The worker pods: each hosts slotsPerWorker ranks (started over ssh in mpi mode,
+    by the pod itself in gloo mode)."""
 
     replicas: int = Field(
         default=1, ge=1, le=MAX_REPLICAS, description="Number of worker pods (at most 2048)."
@@ -133,13 +134,14 @@ class WorkerSpec(_Model):
 
 
 class LauncherSpec(_Model):
-    """The launcher: a batch/v1 Job that runs horovodrun against the workers."""
+    """The launcher: a batch/v1 Job that runs horovodrun against the workers (mpi), or
+    serves the ranks' rendezvous (gloo)."""
 
     template: dict[str, Any] | None = Field(
         default=None,
         description=(
             "A core/v1 PodTemplateSpec merged into the launcher pod. A command on its "
-            "first container replaces the generated horovodrun command."
+            "first container replaces the generated one (horovodrun, or the gloo rendezvous)."
         ),
     )
 
@@ -302,7 +304,8 @@ class HorovodJobSpec(_Model):
     )
     command: list[str] = Field(
         min_length=1,
-        description="Per-rank command; the operator prepends horovodrun with the rank count.",
+        description="Per-rank command; the operator prepends horovodrun with the rank count "
+        "(mpi), or the worker's rank starter (gloo).",
     )
     slots_per_worker: int = Field(
         default=1,
@@ -312,7 +315,10 @@ class HorovodJobSpec(_Model):
     )
     launch_mode: Literal["mpi", "gloo"] = Field(
         default="mpi",
-        description="mpi: the launcher runs horovodrun over ssh. gloo: not implemented yet.",
+        description="mpi: the launcher runs horovodrun, which starts the ranks over ssh "
+        "(Open MPI, sshd in the workers). gloo: no ssh, keys or Open MPI; the launcher serves "
+        "Horovod's Gloo rendezvous, each worker starts its own ranks, and the pods run as the "
+        "image's non-root user under PodSecurity restricted (docs/gloo.md).",
     )
     worker: WorkerSpec = Field(default_factory=WorkerSpec, description="The worker pods.")
     launcher: LauncherSpec = Field(default_factory=LauncherSpec, description="The launcher.")
@@ -334,11 +340,6 @@ class HorovodJobSpec(_Model):
 
     @model_validator(mode="after")
     def _semantics(self) -> HorovodJobSpec:
-        if self.launch_mode == "gloo":
-            raise ValueError(
-                "launchMode: gloo is not supported yet (the SSH-free launch path comes "
-                "in a later release); use launchMode: mpi"
-            )
         wanted = self.scheduling.gang.min_available
         if wanted is not None and wanted > self.worker.replicas:
             raise ValueError(

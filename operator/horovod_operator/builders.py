@@ -13,7 +13,7 @@ from typing import Any, Final
 import horovod_contract as contract
 
 from . import names
-from .api import API_VERSION, KIND, HorovodJob, HorovodJobSpec
+from .api import API_VERSION, KIND, MAX_SECONDS, HorovodJob, HorovodJobSpec
 from .sshkeys import KeyPair
 
 Obj = dict[str, Any]
@@ -106,9 +106,19 @@ def new_worker_service(job: HorovodJob) -> Obj:
     """Headless Service `<job>-worker`: gives each worker pod a stable DNS name.
 
     publishNotReadyAddresses makes the names resolve before sshd is Ready, so
-    nothing waits on DNS propagation after readiness.
+    nothing waits on DNS propagation after readiness. In gloo mode it selects
+    the launcher pod too, whose name the workers need: its rendezvous server.
     """
     name = job.metadata.name
+    selector = {names.LABEL_JOB_NAME: name, names.LABEL_ROLE: names.ROLE_WORKER}
+    port = {"name": "ssh", "port": contract.SSH_PORT, "targetPort": contract.SSH_PORT}
+    if job.spec.launch_mode == "gloo":
+        selector = {names.LABEL_JOB_NAME: name}
+        port = {
+            "name": "rendezvous",
+            "port": contract.GLOO_RENDEZVOUS_PORT,
+            "targetPort": contract.GLOO_RENDEZVOUS_PORT,
+        }
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -116,18 +126,8 @@ def new_worker_service(job: HorovodJob) -> Obj:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {
-                names.LABEL_JOB_NAME: name,
-                names.LABEL_ROLE: names.ROLE_WORKER,
-            },
-            "ports": [
-                {
-                    "name": "ssh",
-                    "port": contract.SSH_PORT,
-                    "targetPort": contract.SSH_PORT,
-                    "protocol": "TCP",
-                }
-            ],
+            "selector": selector,
+            "ports": [{**port, "protocol": "TCP"}],
         },
     }
 
@@ -153,7 +153,23 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
     ]
 
 
-def _env(job: HorovodJob, role: str) -> list[Obj]:
+def gloo_launcher_command() -> list[str]:
+    """The gloo launcher: Horovod's rendezvous server for the hostfile's plan."""
+    return [
+        *contract.GLOO_LAUNCHER_COMMAND,
+        "--hostfile",
+        f"{names.CONFIG_MOUNT_PATH}/{names.HOSTFILE}",
+        "--port",
+        str(contract.GLOO_RENDEZVOUS_PORT),
+    ]
+
+
+def gloo_worker_command(spec: HorovodJobSpec) -> list[str]:
+    """A gloo worker: starts slotsPerWorker ranks of the user's command itself."""
+    return [*contract.GLOO_WORKER_COMMAND, *spec.command]
+
+
+def _env(job: HorovodJob, role: str, index: int | None = None) -> list[Obj]:
     env = [
         {"name": names.ENV_JOB_NAME, "value": job.metadata.name},
         {"name": names.ENV_JOB_NAMESPACE, "value": job.metadata.namespace},
@@ -164,7 +180,10 @@ def _env(job: HorovodJob, role: str) -> list[Obj]:
     if gpus:
         # On the launcher too: horovodrun exports its environment to every rank.
         env.append({"name": contract.ENV_GPUS_PER_WORKER, "value": str(gpus)})
-    if role == names.ROLE_LAUNCHER:
+    if job.spec.launch_mode == "gloo":
+        if index is not None:
+            env += _gloo_worker_env(job, index)
+    elif role == names.ROLE_LAUNCHER:
         # Open MPI shortens hostfile names to their first label, and
         # `<job>-worker-<i>` alone does not resolve: pods' DNS search path covers
         # `<ns>.svc`, not the job's `<subdomain>.<ns>.svc`. Keep the full names.
@@ -172,8 +191,45 @@ def _env(job: HorovodJob, role: str) -> list[Obj]:
     return env
 
 
-def _volumes(job: HorovodJob) -> list[Obj]:
+def _gloo_worker_env(job: HorovodJob, index: int) -> list[Obj]:
+    """A gloo worker's place in the job. Its host name is the one the launcher's
+    plan (the hostfile) gives it; it waits for the rendezvous as long as an
+    attempt may take to start."""
+    meta, spec = job.metadata, job.spec
+    rendezvous = f"{names.launcher_host(meta.name, meta.namespace)}:{contract.GLOO_RENDEZVOUS_PORT}"
+    timeout = spec.run_policy.startup_timeout_seconds or MAX_SECONDS
+    return [
+        {"name": contract.ENV_GLOO_RENDEZVOUS, "value": rendezvous},
+        {"name": contract.ENV_GLOO_RENDEZVOUS_TIMEOUT, "value": str(timeout)},
+        {"name": contract.ENV_WORKER_INDEX, "value": str(index)},
+        {
+            "name": contract.ENV_WORKER_HOST,
+            "value": names.worker_host(meta.name, meta.namespace, index),
+        },
+        {"name": contract.ENV_WORKER_COUNT, "value": str(spec.worker.replicas)},
+        {"name": contract.ENV_SLOTS_PER_WORKER, "value": str(spec.slots_per_worker)},
+    ]
+
+
+def _volumes(job: HorovodJob, role: str) -> list[Obj]:
     name = job.metadata.name
+    config: Obj = {
+        "name": names.CONFIG_VOLUME,
+        "configMap": {
+            "name": names.config_name(name),
+            "items": [
+                {"key": names.HOSTFILE, "path": names.HOSTFILE},
+                {
+                    "key": names.DISCOVER_HOSTS,
+                    "path": names.DISCOVER_HOSTS,
+                    "mode": 0o755,
+                },
+            ],
+        },
+    }
+    if job.spec.launch_mode == "gloo":
+        # No ssh at all; only the launcher reads the hostfile (its rendezvous plan).
+        return [config] if role == names.ROLE_LAUNCHER else []
     return [
         {
             "name": names.SSH_VOLUME,
@@ -182,28 +238,44 @@ def _volumes(job: HorovodJob) -> list[Obj]:
             # with the modes ssh and sshd demand, and nothing reads them here.
             "secret": {"secretName": names.secret_name(name), "defaultMode": 0o444},
         },
-        {
-            "name": names.CONFIG_VOLUME,
-            "configMap": {
-                "name": names.config_name(name),
-                "items": [
-                    {"key": names.HOSTFILE, "path": names.HOSTFILE},
-                    {
-                        "key": names.DISCOVER_HOSTS,
-                        "path": names.DISCOVER_HOSTS,
-                        "mode": 0o755,
-                    },
-                ],
-            },
-        },
+        config,
     ]
 
 
-def _volume_mounts() -> list[Obj]:
+def _volume_mounts(job: HorovodJob, role: str) -> list[Obj]:
+    config = {"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True}
+    if job.spec.launch_mode == "gloo":
+        return [config] if role == names.ROLE_LAUNCHER else []
     return [
         {"name": names.SSH_VOLUME, "mountPath": contract.SSH_MOUNT_PATH, "readOnly": True},
-        {"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True},
+        config,
     ]
+
+
+# What PodSecurity `restricted` demands of every container; gloo pods get it
+# (unless their template says otherwise), since they need no root, no ssh and no
+# capabilities. The user is the image's own (runAsNonRoot: the kubelet refuses
+# an image whose user is root, or not numeric).
+RESTRICTED_POD_SECURITY: Final[Obj] = {
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_CONTAINER_SECURITY: Final[Obj] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def _restrict(pod_spec: Obj) -> None:
+    """Add the restricted settings the template does not set itself."""
+    context: Obj = pod_spec.setdefault("securityContext", {})
+    for key, value in RESTRICTED_POD_SECURITY.items():
+        context.setdefault(key, copy.deepcopy(value))
+    containers = [*(pod_spec.get("initContainers") or []), *(pod_spec.get("containers") or [])]
+    for container in containers:
+        context = container.setdefault("securityContext", {})
+        for key, value in RESTRICTED_CONTAINER_SECURITY.items():
+            context.setdefault(key, copy.deepcopy(value))
 
 
 def _merge_named(existing: list[Obj], ours: list[Obj], key: str = "name") -> list[Obj]:
@@ -224,7 +296,11 @@ def _main_container(pod_spec: Obj, name: str) -> Obj:
 
 
 def _pod_template(
-    job: HorovodJob, user_template: Obj | None, role: str, labels: dict[str, str]
+    job: HorovodJob,
+    user_template: Obj | None,
+    role: str,
+    labels: dict[str, str],
+    index: int | None = None,
 ) -> tuple[Obj, Obj, Obj]:
     """Merge the user's PodTemplateSpec with what every pod of the job needs.
 
@@ -250,7 +326,9 @@ def _pod_template(
         pod_spec["schedulerName"] = job.spec.scheduling.scheduler_name
     if job.spec.scheduling.priority_class_name:
         pod_spec["priorityClassName"] = job.spec.scheduling.priority_class_name
-    pod_spec["volumes"] = _merge_named(pod_spec.get("volumes") or [], _volumes(job))
+    volumes = _merge_named(pod_spec.get("volumes") or [], _volumes(job, role))
+    if volumes:
+        pod_spec["volumes"] = volumes
 
     container = _main_container(pod_spec, role)
     container.setdefault("image", job.spec.image)
@@ -258,10 +336,14 @@ def _pod_template(
     # status.failures keeps after the pod is gone (lost launcher logs are a top
     # complaint about mpi-operator). The kubelet caps it at 80 lines / 2 KiB.
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
-    container["env"] = _merge_named(container.get("env") or [], _env(job, role))
-    container["volumeMounts"] = _merge_named(
-        container.get("volumeMounts") or [], _volume_mounts(), key="mountPath"
+    container["env"] = _merge_named(container.get("env") or [], _env(job, role, index))
+    mounts = _merge_named(
+        container.get("volumeMounts") or [], _volume_mounts(job, role), key="mountPath"
     )
+    if mounts:
+        container["volumeMounts"] = mounts
+    if job.spec.launch_mode == "gloo":
+        _restrict(pod_spec)
     return metadata, pod_spec, container
 
 
@@ -286,8 +368,9 @@ def new_pod_group(job: HorovodJob, attempt: int) -> Obj:
 
 
 def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False) -> Obj:
-    """Worker pod `<job>-worker-<i>`: sshd by default, reachable as its hostname;
-    with `gang`, a member of the attempt's PodGroup."""
+    """Worker pod `<job>-worker-<i>`, reachable as its hostname: sshd by default
+    (mpi), or its own ranks behind horovod_worker.gloo_worker (gloo); with `gang`,
+    a member of the attempt's PodGroup."""
     name = job.metadata.name
     labels = {
         **names.role_labels(name, names.ROLE_WORKER),
@@ -296,7 +379,7 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False
         names.LABEL_ATTEMPT: str(attempt),
     }
     template_meta, pod_spec, container = _pod_template(
-        job, job.spec.worker.template, names.ROLE_WORKER, labels
+        job, job.spec.worker.template, names.ROLE_WORKER, labels, index
     )
     pod_spec["hostname"] = names.worker_name(name, index)
     pod_spec["subdomain"] = names.service_name(name)
@@ -304,7 +387,6 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False
         group = names.pod_group_name(name, attempt, job.spec.gang_size())
         pod_spec["schedulingGroup"] = {"podGroupName": group}
 
-    container.setdefault("command", list(contract.WORKER_SSHD_COMMAND))
     resources = job.spec.worker.resources
     if resources is not None:
         merged: Obj = dict(container.get("resources") or {})
@@ -312,15 +394,22 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False
             if values:
                 merged[kind] = {**(merged.get(kind) or {}), **values}
         container["resources"] = merged
-    ports = [p for p in container.get("ports") or [] if p.get("containerPort") != contract.SSH_PORT]
-    container["ports"] = [
-        *ports,
-        {"name": "ssh", "containerPort": contract.SSH_PORT, "protocol": "TCP"},
-    ]
-    container.setdefault(
-        "readinessProbe",
-        {"tcpSocket": {"port": contract.SSH_PORT}, "periodSeconds": READINESS_PERIOD_SECONDS},
-    )
+    if job.spec.launch_mode == "gloo":
+        # No sshd and no probe: Ready once running, when it waits for the launcher.
+        container.setdefault("command", gloo_worker_command(job.spec))
+    else:
+        container.setdefault("command", list(contract.WORKER_SSHD_COMMAND))
+        ports = [
+            p for p in container.get("ports") or [] if p.get("containerPort") != contract.SSH_PORT
+        ]
+        container["ports"] = [
+            *ports,
+            {"name": "ssh", "containerPort": contract.SSH_PORT, "protocol": "TCP"},
+        ]
+        container.setdefault(
+            "readinessProbe",
+            {"tcpSocket": {"port": contract.SSH_PORT}, "periodSeconds": READINESS_PERIOD_SECONDS},
+        )
     metadata = _metadata(job, names.worker_name(name, index), template_meta["labels"])
     if "annotations" in template_meta:
         metadata["annotations"] = template_meta["annotations"]
@@ -328,7 +417,8 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False
 
 
 def new_launcher_job(job: HorovodJob, attempt: int) -> Obj:
-    """batch/v1 Job `<job>-launcher` running horovodrun once (the operator retries).
+    """batch/v1 Job `<job>-launcher` running horovodrun once (the operator retries);
+    in gloo mode, the rendezvous server the workers' ranks meet at.
 
     backoffLimit 0: a failed launcher means a failed attempt, and the operator
     restarts the workers with it, which a Job controller retry could not do.
@@ -342,7 +432,26 @@ def new_launcher_job(job: HorovodJob, attempt: int) -> Obj:
     template_meta, pod_spec, container = _pod_template(
         job, job.spec.launcher.template, names.ROLE_LAUNCHER, labels
     )
-    container.setdefault("command", launcher_command(job.spec))
+    if job.spec.launch_mode == "gloo":
+        # Reachable as `<job>-launcher.<job>-worker.<ns>.svc`: the rendezvous.
+        pod_spec["hostname"] = names.launcher_name(name)
+        pod_spec["subdomain"] = names.service_name(name)
+        container.setdefault("command", gloo_launcher_command())
+        ports = [
+            p
+            for p in container.get("ports") or []
+            if p.get("containerPort") != contract.GLOO_RENDEZVOUS_PORT
+        ]
+        container["ports"] = [
+            *ports,
+            {
+                "name": "rendezvous",
+                "containerPort": contract.GLOO_RENDEZVOUS_PORT,
+                "protocol": "TCP",
+            },
+        ]
+    else:
+        container.setdefault("command", launcher_command(job.spec))
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

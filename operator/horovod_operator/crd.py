@@ -148,7 +148,7 @@ def crd() -> dict[str, Any]:
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "A Horovod training job: an MPI launcher and workers.",
+                            "description": "A Horovod training job: a launcher and workers.",
                             "required": ["spec"],
                             "x-kubernetes-validations": ROOT_RULES,
                             "properties": {
@@ -214,7 +214,8 @@ def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
 SPEC_CHANGES: Final = """## Changing a job's spec
 
 The CRD refuses at apply time what it can (CEL rules: slots above the GPUs in
-`worker.resources.limits`, `launchMode: gloo`, and the shape of a started job).
+`worker.resources.limits`, a gang larger than the job, and the shape of a
+started job).
 What gets past it (a CRD from an older release, a template that cannot be a
 pod template) and is invalid: a job that never started fails with
 `InvalidSpec`; a started one gets the condition `SpecRejected`, a Warning Event,

@@ -217,7 +217,8 @@ def _ensure_children(
         if obj["metadata"]["name"] not in children.foreign:
             plan.creates.append(obj)
 
-    if children.secret is None and seen.keys is not None and seen.host_key is not None:
+    ssh = job.spec.launch_mode == "mpi"
+    if ssh and children.secret is None and seen.keys is not None and seen.host_key is not None:
         want(builders.new_ssh_secret(job, seen.keys, seen.host_key))
     config_map = builders.new_config_map(job)
     if children.config_map is None:

@@ -129,6 +129,10 @@ class Executor:
             for r in memory.refused.values()
             if not r.refusal.permanent or r.refusal.generation == generation
         ]
+        # Fresh keys for a job without its SSH Secret (launchMode gloo has none).
+        needs_keys = (
+            children.secret is None and (body.get("spec") or {}).get("launchMode") != "gloo"
+        )
         seen = Observation(
             body=body,
             children=children,
@@ -137,8 +141,8 @@ class Executor:
             pod_warnings=await self._pod_warnings(key, memory, children, now_s),
             accepted_spec=memory.accepted_spec,
             default_image=self.default_image,
-            keys=generate_key_pair() if children.secret is None else None,
-            host_key=generate_key_pair("horovod-job-host") if children.secret is None else None,
+            keys=generate_key_pair() if needs_keys else None,
+            host_key=generate_key_pair("horovod-job-host") if needs_keys else None,
             stuck_pod_grace=self.stuck_pod_grace,
             restrict_templates=self.restrict_templates,
             gang_api=self.gang_api,

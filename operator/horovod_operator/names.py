@@ -69,6 +69,12 @@ def worker_host(job: str, namespace: str, index: int) -> str:
     return f"{worker_name(job, index)}.{service_name(job)}.{namespace}.svc"
 
 
+def launcher_host(job: str, namespace: str) -> str:
+    """The DNS name of the launcher pod (launchMode: gloo, where the headless
+    Service selects it too): where the workers find the rendezvous server."""
+    return f"{launcher_name(job)}.{service_name(job)}.{namespace}.svc"
+
+
 def base_labels(job: str) -> dict[str, str]:
     return {LABEL_JOB_NAME: job, LABEL_MANAGED_BY: MANAGED_BY}
 

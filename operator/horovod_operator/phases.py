@@ -176,15 +176,15 @@ def compute_status(
 
     launcher = launcher_state(children, attempt)
     status.launcher = launcher
+    gloo = job.spec.launch_mode == "gloo"
     judged, reason = _judge_failures(job, previous, children, workers, launcher, attempt)
     if judged:
         return _failed_attempt(status, judged, reason, policy.backoff_limit, now)
 
-    if launcher is not None and launcher.phase == "Succeeded":
+    done = succeeded(job, launcher, status.workers)
+    if done is not None:
         status.completion_time = format_time(now)
-        enter_phase(
-            status, "Succeeded", REASON_SUCCEEDED, "the launcher completed successfully", now
-        )
+        enter_phase(status, "Succeeded", REASON_SUCCEEDED, done, now)
         return status
 
     if len(workers) == replicas:
@@ -198,11 +198,39 @@ def compute_status(
         )
     if launcher is not None and launcher.phase == "Running":
         enter_phase(status, "Running", REASON_LAUNCHER_RUNNING, "the launcher is running", now)
+    elif gloo and launcher is not None and launcher.phase == "Succeeded":
+        # Its rendezvous is over (every worker reported); the pods say how it ended.
+        enter_phase(
+            status,
+            "Running",
+            REASON_LAUNCHER_RUNNING,
+            "the launcher's rendezvous is over; waiting for the worker pods to end",
+            now,
+        )
     elif status.workers.running == replicas:
         status.phase = "Starting"
     else:
         status.phase = "Pending"
     return status
+
+
+def succeeded(
+    job: HorovodJob, launcher: LauncherStatus | None, workers: WorkerCounts
+) -> str | None:
+    """Why the attempt succeeded, or None while it has not.
+
+    mpi: horovodrun's exit is the result (the workers only run sshd). gloo: every
+    worker pod exits with its own ranks' result, and the kubelet reports it; the
+    launcher only serves the rendezvous, and its workers' reports to it (what
+    ends it) are best effort. A failure is read from the pods in both modes.
+    """
+    if job.spec.launch_mode == "gloo":
+        if workers.replicas and workers.succeeded == workers.replicas:
+            return f"every worker pod ({workers.replicas}) completed successfully"
+        return None
+    if launcher is not None and launcher.phase == "Succeeded":
+        return "the launcher completed successfully"
+    return None
 
 
 def _spec_rejection(

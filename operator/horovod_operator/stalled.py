@@ -50,7 +50,7 @@ def problems(
         )
     job_name = str(seen.body["metadata"]["name"])
     wanted = {_created_name(obj) for obj in creates}
-    needed = _needed_names(job_name, status)
+    needed = _needed_names(job_name, status, ssh=job.spec.launch_mode == "mpi")
     for name in sorted(needed - wanted):
         other = children.foreign.get(name)
         if other is not None:
@@ -87,10 +87,10 @@ def _created_name(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
 
 
-def _needed_names(job: str, status: HorovodJobStatus) -> set[str]:
+def _needed_names(job: str, status: HorovodJobStatus, ssh: bool) -> set[str]:
     replicas = status.workers.replicas if status.workers else 0
     return {
-        names.secret_name(job),
+        *([names.secret_name(job)] if ssh else []),
         names.config_name(job),
         names.service_name(job),
         names.launcher_name(job),

@@ -40,12 +40,6 @@ SPEC_RULES: Final[list[Any]] = [
         "fieldPath": ".scheduling.gang.minAvailable",
         "reason": "FieldValueInvalid",
     },
-    {
-        "rule": "self.launchMode != 'gloo'",
-        "message": "launchMode: gloo is not supported yet; use launchMode: mpi",
-        "fieldPath": ".launchMode",
-        "reason": "FieldValueInvalid",
-    },
 ]
 # On the whole object: an update cannot change the shape of a started job. The
 # status seen here is the stored one (updates of the main resource cannot

@@ -76,6 +76,23 @@ def agent(cluster: KubeCluster) -> Iterator[Agent]:
         assert not leftover, f"the agent left network namespaces behind: {leftover}"
 
 
+@pytest.fixture(scope="session")
+def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
+    """The CRD installed and the operator running (its log file is yielded)."""
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
+    )
+    operator = OperatorProcess(
+        cluster.kubeconfig, [], agent.state_dir / "operator.log", python=str(PYTHON)
+    )
+    operator.start_and_wait(timeout=60)
+    try:
+        yield operator.log_path
+    finally:
+        operator.stop(timeout=30)
+
+
 @pytest.fixture
 def namespace(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     with fresh_namespace(cluster, request.node.name) as name:
@@ -92,20 +109,3 @@ def pytest_runtest_makereport(
     if report.failed and isinstance(agent, Agent):
         report.sections.append(("node agent log (last lines)", agent.log_tail()))
     return report
-
-
-@pytest.fixture(scope="session")
-def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
-    """The CRD installed and the operator running (its log file is yielded)."""
-    cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
-    operator = OperatorProcess(
-        cluster.kubeconfig, [], agent.state_dir / "operator.log", python=str(PYTHON)
-    )
-    operator.start_and_wait(timeout=60)
-    try:
-        yield operator.log_path
-    finally:
-        operator.stop(timeout=30)

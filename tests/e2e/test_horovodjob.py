@@ -38,14 +38,16 @@ def example_job(
     framework: str,
     name: str,
     *,
+    example: str | None = None,
     replicas: int = 2,
     slots: int = 1,
     extra_args: tuple[str, ...] = (),
     backoff_limit: int | None = None,
 ) -> dict[str, Any]:
-    """examples/<framework>-digits.yaml, placed on the agent's nodes through the templates."""
+    """examples/<framework>-digits.yaml (or examples/<example>.yaml), placed on the
+    agent's nodes through the templates."""
     job: dict[str, Any] = yaml.safe_load(
-        (REPO / "examples" / f"{framework}-digits.yaml").read_text()
+        (REPO / "examples" / f"{example or framework + '-digits'}.yaml").read_text()
     )
     job["metadata"]["name"] = name
     spec = job["spec"]

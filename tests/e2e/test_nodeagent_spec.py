@@ -5,15 +5,17 @@ from __future__ import annotations
 import base64
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from localcluster.nodeagent import spec
+from localcluster.nodeagent import mounts, spec
 from localcluster.nodeagent.agent import netns_prefix
 from localcluster.nodeagent.netns import list_netns
 from localcluster.nodeagent.spec import ContainerState
+from localcluster.paths import WORK
 from tests.support.nodeagent import AGENT
 from tests.support.prerequisites import skip_unless_ci
 
@@ -151,6 +153,57 @@ def test_pod_phase_before_and_after_init() -> None:
     assert spec.pod_phase("Never", False, False, waiting) == "Pending"
     assert spec.pod_phase("Never", False, True, waiting) == "Failed"
     assert spec.pod_phase("OnFailure", False, True, waiting) == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("pod_context", "context", "expected"),
+    [
+        ({}, {}, spec.RunAs(0, 0, (), False, False)),
+        # runAsNonRoot without a user: the worker image's user stands in for the image's.
+        (
+            {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            spec.RunAs(1000, 1000, (), True, True),
+        ),
+        # The container's settings win over the pod's; fsGroup joins the groups.
+        (
+            {"runAsUser": 2000, "runAsGroup": 3000, "fsGroup": 4000, "supplementalGroups": [5]},
+            {"runAsUser": 2500},
+            spec.RunAs(2500, 3000, (5, 4000), False, False),
+        ),
+    ],
+)
+def test_run_as(pod_context: dict[str, Any], context: dict[str, Any], expected: Any) -> None:
+    pod = {"spec": {"securityContext": pod_context}}
+    assert spec.run_as(pod, {"name": "c", "securityContext": context}) == expected
+
+
+def test_run_as_non_root_refuses_uid_0() -> None:
+    pod = {"spec": {"securityContext": {"runAsNonRoot": True, "runAsUser": 0}}}
+    with pytest.raises(ValueError, match="runAsNonRoot and would run as root"):
+        spec.run_as(pod, {"name": "c"})
+
+
+def test_reachable_mounts_hide_what_a_non_root_user_cannot_traverse() -> None:
+    # Not under tmp_path: pytest makes its own base directory 0700.
+    WORK.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+        _check_reachable_mounts(Path(tmp))
+
+
+def _check_reachable_mounts(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    private = tmp_path / "home"
+    (private / "py" / "bin").mkdir(parents=True)
+    private.chmod(0o700)
+    open_dir = tmp_path / "open" / "venv"
+    open_dir.mkdir(parents=True)
+    paths = [private / "py" / "bin", open_dir]
+    assert mounts.reachable_mounts(paths, 0) == []
+    assert mounts.reachable_mounts(paths, 1000) == [
+        {"tmpfs": True, "target": str(private), "mode": 0o755},
+        {"source": str(private / "py"), "target": str(private / "py"), "readOnly": True},
+    ]
 
 
 def test_exit_codes_and_log_tail() -> None:

@@ -17,6 +17,10 @@ def body(name: str = "mnist", **spec: Any) -> dict[str, Any]:
     }
 
 
+def test_gloo_is_a_launch_mode() -> None:
+    assert parse_job(body(launchMode="gloo")).spec.launch_mode == "gloo"
+
+
 def test_defaults() -> None:
     job = parse_job(body())
     spec = job.spec
@@ -60,7 +64,6 @@ def test_camel_case_round_trip() -> None:
         ("a", {"worker": {"replicas": 0}}, "spec.worker.replicas: Input should be greater"),
         ("a", {"worker": {"replicas": -1}}, "spec.worker.replicas: Input should be greater"),
         ("a", {"slotsPerWorker": 0}, "spec.slotsPerWorker: Input should be greater"),
-        ("a", {"launchMode": "gloo"}, "spec.launchMode: gloo is not supported yet"),
         ("a", {"launchMode": "nccl"}, "spec.launchMode: Input should be 'mpi' or 'gloo'"),
         ("a", {"bogus": 1}, "spec.bogus: Extra inputs are not permitted"),
         ("a", {"worker": {"replica": 2}}, "spec.worker.replica: Extra inputs are not permitted"),

@@ -340,3 +340,170 @@ HOROVODRUN = [
 )
 def test_launcher_job(spec: dict[str, Any], attempt: int, expected: Any) -> None:
     assert builders.new_launcher_job(make_job(**spec), attempt) == expected
+
+
+# --- launchMode: gloo --------------------------------------------------------------------
+
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONFIG_VOLUME = VOLUMES[1]
+CONFIG_MOUNT = MOUNTS[1]
+
+
+def gloo_job(**spec: Any) -> HorovodJob:
+    return make_job(launchMode="gloo", **spec)
+
+
+def gloo_worker_env(index: int, timeout: str = "1200") -> list[dict[str, str]]:
+    return [
+        *ENV_WORKER,
+        {
+            "name": "HVJOB_GLOO_RENDEZVOUS",
+            "value": "mnist-launcher.mnist-worker.team.svc:2223",
+        },
+        {"name": "HVJOB_GLOO_RENDEZVOUS_TIMEOUT", "value": timeout},
+        {"name": "HVJOB_WORKER_INDEX", "value": str(index)},
+        {"name": "HVJOB_WORKER_HOST", "value": f"mnist-worker-{index}.mnist-worker.team.svc"},
+        {"name": "HVJOB_WORKER_COUNT", "value": "2"},
+        {"name": "HVJOB_SLOTS_PER_WORKER", "value": "2"},
+    ]
+
+
+def expected_gloo_worker(index: int, **overrides: Any) -> dict[str, Any]:
+    """No ssh volume, port, probe or sshd; the ranks' starter; restricted security."""
+    pod = expected_worker(index)
+    container = {
+        "name": "worker",
+        "image": "horovod-worker:0.1.0",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "env": gloo_worker_env(index, overrides.pop("timeout", "1200")),
+        "resources": {"limits": {"nvidia.com/gpu": 2}},
+        "command": [
+            "python",
+            "-m",
+            "horovod_worker.gloo_worker",
+            "--",
+            "python",
+            "-m",
+            "horovod_worker.train",
+        ],
+        "securityContext": RESTRICTED_CONTAINER,
+        **overrides.pop("container", {}),
+    }
+    pod["spec"] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "hostname": f"mnist-worker-{index}",
+        "subdomain": "mnist-worker",
+        "securityContext": RESTRICTED_POD,
+        **overrides.pop("spec", {}),
+    }
+    assert not overrides
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("spec", "index", "expected"),
+    [
+        ({}, 0, expected_gloo_worker(0)),
+        ({}, 1, expected_gloo_worker(1)),
+        # The rendezvous wait is the attempt's startup timeout (a year when disabled).
+        ({"runPolicy": {"startupTimeoutSeconds": 90}}, 0, expected_gloo_worker(0, timeout="90")),
+        (
+            {"runPolicy": {"startupTimeoutSeconds": None}},
+            0,
+            expected_gloo_worker(0, timeout=str(366 * 24 * 3600)),
+        ),
+        (
+            # The template's own security settings win; the rest is added.
+            {
+                "worker": {
+                    "replicas": 2,
+                    "resources": {"limits": {"nvidia.com/gpu": 2}},
+                    "template": {
+                        "spec": {
+                            "securityContext": {"runAsUser": 1234},
+                            "initContainers": [{"name": "fetch", "image": "busybox"}],
+                            "containers": [
+                                {
+                                    "name": "worker",
+                                    "securityContext": {"readOnlyRootFilesystem": True},
+                                }
+                            ],
+                        }
+                    },
+                }
+            },
+            0,
+            expected_gloo_worker(
+                0,
+                spec={
+                    "securityContext": {"runAsUser": 1234, **RESTRICTED_POD},
+                    "initContainers": [
+                        {
+                            "name": "fetch",
+                            "image": "busybox",
+                            "securityContext": RESTRICTED_CONTAINER,
+                        }
+                    ],
+                },
+                container={
+                    "securityContext": {"readOnlyRootFilesystem": True, **RESTRICTED_CONTAINER}
+                },
+            ),
+        ),
+    ],
+)
+def test_gloo_worker_pod(spec: dict[str, Any], index: int, expected: Any) -> None:
+    assert builders.new_worker_pod(gloo_job(**spec), index, 0) == expected
+
+
+def test_gloo_worker_pod_has_nothing_of_ssh() -> None:
+    pod = builders.new_worker_pod(gloo_job(), 0, 0)
+    text = repr(pod)
+    for word in ("ssh", "2222", "readinessProbe", "volumes", "OMPI"):
+        assert word not in text, word
+
+
+def test_gloo_launcher_job() -> None:
+    job = builders.new_launcher_job(gloo_job(), 1)
+    expected = expected_launcher(
+        [
+            "python",
+            "-m",
+            "horovod_worker.gloo_launcher",
+            "--hostfile",
+            "/etc/horovod/config/hostfile",
+            "--port",
+            "2223",
+        ],
+        attempt=1,
+        container={
+            "env": [
+                {**item, "value": "launcher"} if item["name"] == "HVJOB_ROLE" else item
+                for item in ENV_WORKER
+            ],
+            "volumeMounts": [CONFIG_MOUNT],
+            "ports": [{"name": "rendezvous", "containerPort": 2223, "protocol": "TCP"}],
+            "securityContext": RESTRICTED_CONTAINER,
+        },
+    )
+    pod_spec = expected["spec"]["template"]["spec"]
+    pod_spec.update(
+        volumes=[CONFIG_VOLUME],
+        # Found by the workers as mnist-launcher.mnist-worker.team.svc.
+        hostname="mnist-launcher",
+        subdomain="mnist-worker",
+        securityContext=RESTRICTED_POD,
+    )
+    assert job == expected
+
+
+def test_gloo_service_selects_the_launcher_too() -> None:
+    service = builders.new_worker_service(gloo_job())
+    assert service["spec"] == {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": {"horovod.ai/job-name": "mnist"},
+        "ports": [{"name": "rendezvous", "port": 2223, "targetPort": 2223, "protocol": "TCP"}],
+    }

@@ -190,6 +190,24 @@ def test_first_plan_writes_the_status_then_creates_everything_but_the_launcher()
     assert plan.requeue_after == pytest.approx(1200.5)
 
 
+def test_a_gloo_job_has_no_ssh_secret_even_when_keys_are_at_hand() -> None:
+    plan = decide(observe(body(launchMode="gloo"), with_infra=False))
+    assert created(plan) == [
+        "ConfigMap/j-config",
+        "Service/j-worker",
+        "Pod/j-worker-0",
+        "Pod/j-worker-1",
+    ]
+
+
+def test_a_gloo_job_succeeds_when_every_worker_pod_has() -> None:
+    done = [worker(0, "Succeeded"), worker(1, "Succeeded"), launcher_pod()]
+    plan = decide(observe(body(RUNNING, launchMode="gloo"), done, launcher_job()))
+    assert stored(plan)["phase"] == "Succeeded"
+    # cleanPodPolicy Running: a launcher still waiting for a lost report goes.
+    assert Delete("Job", "j-launcher", "Foreground") in plan.deletes
+
+
 def test_the_launcher_waits_for_every_worker_ready_then_is_created() -> None:
     pending = {**RUNNING, "phase": "Pending", "launcher": None}
     half = decide(observe(body(pending), [worker(0), worker(1, ready=False)]))

@@ -6,15 +6,15 @@ import pytest
 import yaml
 
 from horovod_operator.api import parse_job
-from horovod_operator.builders import launcher_command
+from horovod_operator.builders import gloo_worker_command, launcher_command
 from localcluster.paths import REPO
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 
-def test_the_two_frameworks_have_examples() -> None:
+def test_the_two_frameworks_and_gloo_have_examples() -> None:
     names = {path.name for path in EXAMPLES}
-    assert {"pytorch-digits.yaml", "tensorflow-digits.yaml"} <= names
+    assert {"pytorch-digits.yaml", "tensorflow-digits.yaml", "pytorch-digits-gloo.yaml"} <= names
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -27,6 +27,10 @@ def test_example_validates(path: Path) -> None:
         framework = "tf" if "--framework=tensorflow" in job.spec.command else "torch"
         assert job.spec.image == f"horovod-worker:0.1.0-{framework}-gpu"
         assert job.spec.command[:3] == ["python", "-m", "horovod_worker.train"]
+        if job.spec.launch_mode == "gloo":
+            # Each worker starts its own ranks; no horovodrun anywhere.
+            assert gloo_worker_command(job.spec)[-len(job.spec.command) :] == job.spec.command
+            continue
         command = launcher_command(job.spec)
         start = command.index("horovodrun")
         assert command[start : start + 3] == ["horovodrun", "-np", str(job.spec.total_slots())]

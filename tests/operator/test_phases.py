@@ -20,12 +20,15 @@ T0 = "2026-01-01T11:59:00Z"
 NOW_S = "2026-01-01T12:00:00Z"
 
 
-def make_job(status: dict[str, Any] | None = None, **run_policy: Any) -> HorovodJob:
+def make_job(
+    status: dict[str, Any] | None = None, launch_mode: str = "mpi", **run_policy: Any
+) -> HorovodJob:
     body: dict[str, Any] = {
         "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 2},
         "spec": {
             "image": "i",
             "command": ["c"],
+            "launchMode": launch_mode,
             "worker": {"replicas": 2},
             "runPolicy": {"backoffLimit": 1, **run_policy},
         },
@@ -391,3 +394,58 @@ def test_progress_only_holds_back_no_condition_but_created() -> None:
     assert not progress_only(base, {**base, "restarts": 1})
     assert not progress_only(base, {**base, "phase": "Suspended"})
     assert not progress_only({**base, "phase": "Restarting"}, {**base, "phase": "Pending"})
+
+
+# --- launchMode: gloo: the worker pods are the result --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "pods", "ljob", "phase"),
+    [
+        (
+            "every worker succeeded",
+            [worker(0, "Succeeded"), worker(1, "Succeeded"), launcher_pod("Succeeded")],
+            launcher_job("Complete"),
+            "Succeeded",
+        ),
+        (
+            # A worker's report to the launcher is best effort: the pods decide.
+            "workers succeeded, the launcher still waits",
+            [worker(0, "Succeeded"), worker(1, "Succeeded"), launcher_pod()],
+            launcher_job(),
+            "Succeeded",
+        ),
+        (
+            "one worker still running",
+            [worker(0, "Succeeded"), worker(1), launcher_pod()],
+            launcher_job(),
+            "Running",
+        ),
+        (
+            # The launcher ends once every worker reported; their pods may lag.
+            "the launcher ended before the pods",
+            [worker(0), worker(1), launcher_pod("Succeeded")],
+            launcher_job("Complete"),
+            "Running",
+        ),
+    ],
+)
+def test_gloo_success_is_every_worker_pod_succeeding(
+    case: str, pods: list[dict[str, Any]], ljob: dict[str, Any], phase: str
+) -> None:
+    result = status_of(make_job(RUNNING, launch_mode="gloo"), pods, ljob, NOW)
+    assert result.phase == phase, case
+    if phase == "Succeeded":
+        succeeded = next(c for c in result.conditions if c.type == "Succeeded")
+        assert succeeded.message == "every worker pod (2) completed successfully"
+
+
+def test_gloo_failed_rank_names_its_worker_pod_and_exit_code() -> None:
+    pods = [worker(0), worker(1, "Failed", exit_code=3), launcher_pod("Succeeded")]
+    result = status_of(
+        make_job(RUNNING, launch_mode="gloo", backoffLimit=0), pods, launcher_job("Complete"), NOW
+    )
+    assert result.phase == "Failed"
+    assert result.failures == [
+        Failure(pod="j-worker-1", container="worker", exit_code=3, reason="Error")
+    ]

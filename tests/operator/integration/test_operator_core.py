@@ -367,7 +367,6 @@ def test_deleted_during_creation_leaves_nothing(
         ({"worker": {"replica": 2}}, "replica"),
         ({"worker": {"replicas": 100000}}, "spec.worker.replicas: Invalid value: 100000"),
         ({"slotsPerWorker": 2}, "spec.slotsPerWorker: Invalid value: slotsPerWorker is more than"),
-        ({"launchMode": "gloo"}, "launchMode: gloo is not supported yet"),
         ({"runPolicy": {"activeDeadlineSeconds": 10**12}}, "spec.runPolicy.activeDeadlineSeconds"),
         ({"runPolicy": {"ttlSecondsAfterFinished": 10**12}}, "ttlSecondsAfterFinished"),
     ],
