@@ -125,6 +125,11 @@ def learning_rate(
     return base_lr + (target - base_lr) * step / warmup_steps
 
 
+def order_fingerprint(indices: Iterable[int]) -> str:
+    """A short digest of the order samples are visited in."""
+    return hashlib.sha256(np.asarray(list(indices), dtype=np.int64).tobytes()).hexdigest()[:12]
+
+
 def checksum(arrays: Iterable[np.ndarray]) -> str:
     """SHA-256 of the exact bytes of the given arrays (parameters, in order)."""
     digest = hashlib.sha256()
@@ -205,7 +210,13 @@ def run_summary(
         "local_ranks": [r["local_rank"] for r in per_rank],
         "devices": [r["device"] for r in per_rank],
         "initial_checksums": [r["initial_checksum"] for r in per_rank],
+        # After the broadcasts, before the first step: equal on every rank when the
+        # broadcast really comes first (a broadcast after training leaves them apart).
+        "start_checksums": [r["start_checksum"] for r in per_rank],
         "param_checksums": [r["checksum"] for r in per_rank],
+        # Per rank, a fingerprint of each epoch's sample order: a new order every
+        # epoch (DistributedSampler.set_epoch), a different shard on every rank.
+        "epoch_orders": [r["epoch_orders"] for r in per_rank],
         "param_sq_norm": param_sq_norm,
     }
 

@@ -37,6 +37,7 @@ from horovod_worker.common import (
     hostname,
     learning_rate,
     log,
+    order_fingerprint,
     rank_line,
     run_summary,
 )
@@ -245,6 +246,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
     data_seed = hvd.broadcast_object(config.seed, root_rank=0, name="data_seed")
+    start_checksum = weights_checksum(model)
 
     writer = None
     if rank == 0 and config.log_dir is not None:
@@ -257,7 +259,10 @@ def run(config: TrainConfig) -> dict[str, Any]:
         train_epoch = _tape_epochs(config, model, optimizer, dataset, size, rank, data_seed, steps)
 
     history: list[EpochMetrics] = []
+    epoch_orders: list[str] = []
     for epoch in range(start_epoch, config.epochs):
+        order = epoch_order(len(dataset.y_train), size, data_seed, epoch)
+        epoch_orders.append(order_fingerprint(order[rank::size]))  # this rank's shard
         started = time.perf_counter()
         loss_sum, correct, count, step, lr = train_epoch(epoch, step)
         elapsed = time.perf_counter() - started
@@ -299,7 +304,9 @@ def run(config: TrainConfig) -> dict[str, Any]:
             "local_rank": local_rank,
             "device": choice.describe(),
             "initial_checksum": initial_checksum,
+            "start_checksum": start_checksum,
             "checksum": weights_checksum(model),
+            "epoch_orders": epoch_orders,
         },
         name="rank_summary",
     )

@@ -37,6 +37,7 @@ from horovod_worker.common import (
     hostname,
     learning_rate,
     log,
+    order_fingerprint,
     rank_line,
     run_summary,
 )
@@ -189,6 +190,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     # 3. Every rank takes part in both broadcasts, before the first step.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    start_checksum = parameter_checksum(model)
     data_seed = hvd.broadcast_object(config.seed, root_rank=0, name="data_seed")
 
     sampler: DistributedSampler[Any] = DistributedSampler(
@@ -210,9 +212,11 @@ def run(config: TrainConfig) -> dict[str, Any]:
 
     # 4. Training.
     history: list[EpochMetrics] = []
+    epoch_orders: list[str] = []
     lr = learning_rate(step, steps_per_epoch, config.lr, size, config.warmup_epochs)
     for epoch in range(start_epoch, config.epochs):
         sampler.set_epoch(epoch)  # a new shuffle, the same on every rank
+        epoch_orders.append(order_fingerprint(iter(sampler)))
         model.train()
         loss_sum = correct = count = 0.0
         started = time.perf_counter()
@@ -270,7 +274,9 @@ def run(config: TrainConfig) -> dict[str, Any]:
             "local_rank": local_rank,
             "device": choice.describe(),
             "initial_checksum": initial_checksum,
+            "start_checksum": start_checksum,
             "checksum": final_checksum,
+            "epoch_orders": epoch_orders,
         },
         name="rank_summary",
     )

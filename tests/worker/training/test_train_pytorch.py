@@ -65,7 +65,20 @@ def test_broadcast_makes_ranks_started_from_different_seeds_identical(
     result = gloo_run[0].result()
     initial = result["initial_checksums"]
     assert initial[0] != initial[1]  # the seeds did differ before the broadcast
+    # Equal before the first step, as rank 0 started: the broadcast came first. (Equal
+    # final weights alone would also pass with the broadcast after training.)
+    assert result["start_checksums"] == [initial[0], initial[0]], result["start_checksums"]
     assert len(set(result["param_checksums"])) == 1
+
+
+def test_every_epoch_reshuffles_and_ranks_see_different_shards(
+    gloo_run: tuple[Run, Path],
+) -> None:
+    orders = gloo_run[0].result()["epoch_orders"]
+    for rank, per_epoch in enumerate(orders):
+        # Without sampler.set_epoch every epoch repeats the first one's order.
+        assert len(set(per_epoch)) == EPOCHS, (rank, per_epoch)
+    assert not set(orders[0]) & set(orders[1]), orders
 
 
 def test_only_rank_0_writes_checkpoints_and_logs(gloo_run: tuple[Run, Path]) -> None:

@@ -51,6 +51,17 @@ def test_gradient_tape_ranks_learn_and_end_identical(tape_run: tuple[Run, Path])
     assert result["initial_checksums"][0] != result["initial_checksums"][1]
 
 
+def test_tape_broadcast_comes_first_and_every_epoch_reshuffles(
+    tape_run: tuple[Run, Path],
+) -> None:
+    result = tape_run[0].result()
+    initial = result["initial_checksums"]
+    assert result["start_checksums"] == [initial[0], initial[0]], result["start_checksums"]
+    for per_epoch in result["epoch_orders"]:
+        assert len(set(per_epoch)) == EPOCHS, per_epoch
+    assert not set(result["epoch_orders"][0]) & set(result["epoch_orders"][1])
+
+
 def test_only_rank_0_writes_tensorflow_checkpoints_and_logs(tape_run: tuple[Run, Path]) -> None:
     _, out = tape_run
     names = {p.name for p in (out / "ckpt-0").iterdir()}
