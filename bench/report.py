@@ -8,9 +8,10 @@ from typing import Any
 
 from .stats import ratio
 
-THEIRS = ("mpi", "mpi-defaults")
+THEIRS = ("mpi-tuned", "mpi", "mpi-defaults")
 LABELS = {
     "ours": "horovod-operator",
+    "mpi-tuned": "mpi-operator (same QPS, work queue unthrottled)",
     "mpi": "mpi-operator (same QPS)",
     "mpi-defaults": "mpi-operator (defaults)",
 }
@@ -198,7 +199,12 @@ def plots(res: Mapping[str, Any], out: Path, prefix: str = "") -> list[Path]:
     except ImportError:
         return []
     ops = _ops(res)
-    colors = {"ours": "tab:green", "mpi": "tab:blue", "mpi-defaults": "tab:gray"}
+    colors = {
+        "ours": "tab:green",
+        "mpi-tuned": "tab:purple",
+        "mpi": "tab:blue",
+        "mpi-defaults": "tab:gray",
+    }
     written: list[Path] = []
     single = res.get("single") or {}
     if single:
