@@ -245,7 +245,11 @@ class Executor:
             )
         retry = await self._create(key, body, plan.creates, memory)
         if plan.delete_job:
-            logger.info("job %s/%s: ttlSecondsAfterFinished passed, deleting it", *key)
+            logger.info(
+                "job %s/%s: ttlSecondsAfterFinished passed, deleting it",
+                *key,
+                extra=names.log_fields(*key),
+            )
             await self.kube.delete_job(*key)
         waits = [w for w in (plan.requeue_after, retry) if w is not None]
         if memory.deferred:
@@ -295,6 +299,7 @@ class Executor:
             event.type,
             event.reason,
             event.message,
+            extra=names.log_fields(body["metadata"]["namespace"], body["metadata"]["name"]),
         )
         await self.kube.post_event(
             body, event.type, event.reason, event.message, format_time(now_utc())
@@ -443,4 +448,12 @@ def _count_transition(key: Key, before: str | None, status: HorovodJobStatus) ->
         metrics.JOB_DURATION.labels(namespace=key[0], phase=after).observe(
             max(0.0, took.total_seconds())
         )
-    logger.info("job %s/%s: %s -> %s (%s) %s", *key, before, after, status.reason, status.message)
+    logger.info(
+        "job %s/%s: %s -> %s (%s) %s",
+        *key,
+        before,
+        after,
+        status.reason,
+        status.message,
+        extra=names.log_fields(*key),
+    )

@@ -2,6 +2,8 @@
 
 from typing import Final
 
+from .api import API_VERSION, KIND
+
 LABEL_JOB_NAME: Final = "horovod.ai/job-name"
 LABEL_ROLE: Final = "horovod.ai/role"
 LABEL_WORKER_INDEX: Final = "horovod.ai/worker-index"
@@ -81,3 +83,12 @@ def base_labels(job: str) -> dict[str, str]:
 
 def role_labels(job: str, role: str) -> dict[str, str]:
     return {**base_labels(job), LABEL_ROLE: role}
+
+
+def log_fields(namespace: str, name: str) -> dict[str, dict[str, str]]:
+    """`extra=` for a log line about one job: kopf's JSON log format writes it as the
+    line's "object" field (apiVersion, kind, namespace, name), so log pipelines
+    filter on the job instead of parsing the message."""
+    return {
+        "k8s_ref": {"apiVersion": API_VERSION, "kind": KIND, "namespace": namespace, "name": name}
+    }

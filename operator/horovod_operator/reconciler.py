@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Final
 
-from . import metrics
+from . import metrics, names
 from .decide import decide
 from .executor import Executor, StaleView
 from .kube import Kube
@@ -129,7 +129,11 @@ class Reconciler:
                     delay = retry_delay(count)
                     metrics.RECONCILE_ERRORS.inc()
                     logger.warning(
-                        "reconcile of %s/%s failed (retry in %.1fs): %s", *key, delay, error
+                        "reconcile of %s/%s failed (retry in %.1fs): %s",
+                        *key,
+                        delay,
+                        error,
+                        extra=names.log_fields(*key),
                     )
                     self._schedule(key, delay)
                 finally:

@@ -72,3 +72,32 @@ def test_the_dashboard_asks_only_for_metrics_that_exist() -> None:
     assert used and used <= _registered(), used - _registered()
     # Every panel reads something the operator serves.
     assert len(exprs) >= len(dashboard["panels"])
+
+
+def test_json_log_lines_name_their_job_as_fields() -> None:
+    import logging
+
+    import kopf
+    from kopf._core.actions.loggers import make_formatter
+
+    from horovod_operator import names
+
+    record = logging.LogRecord(
+        "horovod_operator.executor",
+        logging.INFO,
+        __file__,
+        1,
+        "job %s/%s: %s",
+        ("ns", "j", "x"),
+        None,
+    )
+    for key, value in names.log_fields("ns", "j").items():
+        setattr(record, key, value)
+    line = json.loads(make_formatter(log_format=kopf.LogFormat.JSON).format(record))
+    assert line["message"] == "job ns/j: x"
+    assert line["object"] == {
+        "apiVersion": "horovod.ai/v1alpha1",
+        "kind": "HorovodJob",
+        "namespace": "ns",
+        "name": "j",
+    }
