@@ -141,7 +141,11 @@ kubectl apply -f crds/ >/dev/null
 kubectl wait --for=condition=Established crd/horovodjobs.horovod.ai --timeout=60s >/dev/null
 
 say "starting the operator (log: $work/operator.log)"
+# The chart's default worker image, as `helm install` would set it (the example
+# leaves spec.image to it; the local node agent ignores images).
+default_image="$(sed -n 's/^workerImage: *//p' charts/horovod-operator/values.yaml)"
 .venv/bin/python -m horovod_operator --kubeconfig "$KUBECONFIG" --http-port 0 "${namespace_args[@]}" \
+  --default-image "$default_image" \
   >"$work/operator.log" 2>&1 &
 operator_pid=$!
 

@@ -51,6 +51,8 @@ def example_job(
     )
     job["metadata"]["name"] = name
     spec = job["spec"]
+    # The agent ignores images; this rung's operator has no default one.
+    spec.setdefault("image", "horovod-worker:e2e")
     spec["command"] = [*spec["command"], "--threads=1", *extra_args]
     spec["slotsPerWorker"] = slots
     spec["worker"]["replicas"] = replicas

@@ -22,10 +22,15 @@ def test_example_validates(path: Path) -> None:
     for document in yaml.safe_load_all(path.read_text()):
         if document.get("kind") != "HorovodJob":
             continue
-        job = parse_job(document)
-        # The GPU worker image of the example's framework (Dockerfile.worker's targets).
+        # PyTorch examples leave the image to the chart's workerImage (set per install,
+        # so that users' registries work); others name their framework's GPU image.
+        chart_default = yaml.safe_load(
+            (REPO / "charts" / "horovod-operator" / "values.yaml").read_text()
+        )["workerImage"]
+        job = parse_job(document, default_image=chart_default)
         framework = "tf" if "--framework=tensorflow" in job.spec.command else "torch"
         assert job.spec.image == f"horovod-worker:0.1.0-{framework}-gpu"
+        assert ("image" in document["spec"]) == (framework == "tf"), path.name
         assert job.spec.command[:3] == ["python", "-m", "horovod_worker.train"]
         if job.spec.launch_mode == "gloo":
             # Each worker starts its own ranks; no horovodrun anywhere.

@@ -455,7 +455,10 @@ def test_examples_pass_server_side_dry_run(
 
 
 def test_example_runs_to_succeeded(jobs: Jobs, namespace: str, cluster: KubeCluster) -> None:
-    cluster.kubectl("apply", "-n", namespace, "-f", str(REPO / "examples" / "pytorch-digits.yaml"))
+    example = yaml.safe_load((REPO / "examples" / "pytorch-digits.yaml").read_text())
+    # What the chart's --default-image (workerImage) gives it; this operator has none.
+    example["spec"].setdefault("image", "horovod-worker:0.1.0-torch-gpu")
+    cluster.apply(example, namespace)
     launcher = jobs.wait_running("pytorch-digits")
     cluster.set_pod_phase(namespace, launcher, "Succeeded")
     jobs.wait_phase("pytorch-digits", "Succeeded")
