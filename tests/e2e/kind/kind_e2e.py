@@ -204,7 +204,11 @@ def timings(name: str, namespace: str) -> dict[str, Any]:
     created = _parse_time(job["metadata"]["creationTimestamp"])
     status = job.get("status") or {}
     result: dict[str, Any] = {"phase": status.get("phase")}
+    # mpi mode: horovodrun on the launcher gathers every rank's output; gloo mode:
+    # each worker prints its own ranks' (worker-0 holds rank 0).
     logs = _kubectl("logs", "-n", namespace, f"job/{name}-launcher", "--timestamps")
+    if f"{RANK_PREFIX} rank=" not in logs.stdout:
+        logs = _kubectl("logs", "-n", namespace, f"pod/{name}-worker-0", "--timestamps")
     for line in logs.stdout.splitlines():
         stamp, _, text = line.partition(" ")
         # horovodrun prefixes each rank's line: "[1,0]<stdout>:HVJOB_RANK rank=0 ..."

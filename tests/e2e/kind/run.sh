@@ -61,8 +61,20 @@ step "images"
 # kind nodes have no GPUs: the CPU worker images (see docs/images.md).
 hack/images.sh operator
 hack/images.sh worker torch-cpu tf-cpu
+images=("$operator_image" "horovod-worker:$version-torch-cpu" "horovod-worker:$version-tf-cpu")
+# The node's containerd keeps each image's layers and their unpacked copy, and kind
+# saves one image at a time to a temporary archive first: say so before running out.
+bytes=0
+for size in $(docker image inspect -f '{{.Size}}' "${images[@]}"); do bytes=$((bytes + size)); done
+need_mb=$((bytes * 2 / 1048576 + 2048))
+root="$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /)"
+free_mb="$(df -Pm "$root" | awk 'NR == 2 {print $4}')"
+if ((free_mb < need_mb)); then
+  echo "error: loading the images into kind needs about ${need_mb} MB free under $root; ${free_mb} MB are. Fix: docker builder prune; docker image prune" >&2
+  exit 1
+fi
 # One at a time: kind saves each to a temporary archive first, and the torch image is GBs.
-for image in "$operator_image" "horovod-worker:$version-torch-cpu" "horovod-worker:$version-tf-cpu"; do
+for image in "${images[@]}"; do
   step "kind load docker-image $image"
   kind load docker-image --name "$cluster" "$image"
 done

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from localcluster.paths import REPO
 from tests.support.timings import record_timing
@@ -26,12 +28,23 @@ ARTIFACTS = REPO / ".work" / "kind-e2e"
 
 
 def _run(args: list[str], log: Path, env: dict[str, str], timeout: float) -> str:
+    """Run in its own process group, all of which is stopped if the test stops early:
+    a `kind load` left running would race the next run for the same cluster."""
     with log.open("a") as out:
-        proc = subprocess.run(
-            args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+        proc = subprocess.Popen(
+            args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+        try:
+            code = proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_text()
-    assert proc.returncode == 0, f"{' '.join(args)} failed; the end of {log}:\n{text[-6000:]}"
+    assert code == 0, f"{' '.join(args)} failed; the end of {log}:\n{text[-6000:]}"
     return text
 
 
@@ -66,12 +79,13 @@ def test_examples_succeed_and_a_refused_argument_fails_on_real_kind(
     )
     _run([str(REPO / "tests" / "e2e" / "kind" / "run.sh")], log, env, timeout=3000)
     timings = json.loads((ARTIFACTS / "timings.json").read_text())
-    assert set(timings) == {
-        "pytorch-digits",
-        "tensorflow-digits",
-        "pytorch-digits-refused-argument",
-    }, timings
-    for name in ("pytorch-digits", "tensorflow-digits"):
+    examples = {
+        yaml.safe_load(path.read_text())["metadata"]["name"]
+        for path in (REPO / "examples").glob("*.yaml")
+    }
+    assert {"pytorch-digits", "tensorflow-digits", "pytorch-digits-gloo"} <= examples
+    assert set(timings) == examples | {"pytorch-digits-refused-argument"}, timings
+    for name in examples:
         assert timings[name]["phase"] == "Succeeded", timings
         assert timings[name]["apply_to_trainers_started_s"] > 0, timings
     assert timings["pytorch-digits-refused-argument"]["phase"] == "Failed", timings
