@@ -72,6 +72,16 @@ def test_help_explains_each_option() -> None:
         (["--resume"], "--resume needs --checkpoint-dir"),
         (["--dataset=mnist"], "--dataset mnist needs --data-dir"),
         (["--mode=fit"], "--mode fit is the Keras path"),
+        (
+            ["--framework=tensorflow", "--mode=fit", "--adasum"],
+            "DistributedOptimizer supports only averaging",
+        ),
+        (["--adasum", "--gradient-predivide-factor=2"], "applies to averaging, not to --adasum"),
+        (
+            ["--framework=tensorflow", "--backward-passes-per-step=2"],
+            "--backward-passes-per-step needs --mode fit",
+        ),
+        (["--backward-passes-per-step=0"], "must be a positive integer"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(

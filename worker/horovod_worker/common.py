@@ -47,6 +47,11 @@ class TrainConfig:
     synthetic_samples: int
     threads: int | None
     allow_cpu: bool = False
+    # Horovod's performance options (docs/worker.md).
+    fp16_allreduce: bool = False
+    adasum: bool = False
+    backward_passes_per_step: int = 1
+    gradient_predivide_factor: float = 1.0
 
 
 def log(rank: int, message: str) -> None:
@@ -106,6 +111,24 @@ def ensure_writable_dir(path: Path, what: str) -> None:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise WorkerError(f"{what} {path} is not writable: {reason}") from None
+
+
+# Horovod implements Adasum on MPI only; under the Gloo controller it fails mid-step.
+ADASUM_NEEDS_MPI = (
+    "--adasum needs Horovod's MPI controller (horovodrun --mpi; launchMode: mpi with Open "
+    "MPI): the Gloo controller has no Adasum"
+)
+
+
+def lr_scale(size: int, local_size: int, adasum: bool, on_gpu: bool) -> int:
+    """How many times --lr the warmed-up rate is. Averaging gradients over `size`
+    ranks makes the step `size` times smaller than the global batch calls for, so
+    the rate grows by `size`; Adasum combines gradients without that shrinkage, so
+    it needs none on CPUs and `local_size` on GPUs (where it averages within a node
+    first) -- Horovod's documented rule."""
+    if adasum:
+        return local_size if on_gpu else 1
+    return size
 
 
 def learning_rate(
@@ -217,6 +240,13 @@ def run_summary(
         # Per rank, a fingerprint of each epoch's sample order: a new order every
         # epoch (DistributedSampler.set_epoch), a different shard on every rank.
         "epoch_orders": [r["epoch_orders"] for r in per_rank],
+        "optimizer_updates": [r.get("optimizer_updates") for r in per_rank],
+        "options": {
+            "fp16_allreduce": config.fp16_allreduce,
+            "adasum": config.adasum,
+            "backward_passes_per_step": config.backward_passes_per_step,
+            "gradient_predivide_factor": config.gradient_predivide_factor,
+        },
         "param_sq_norm": param_sq_norm,
     }
 

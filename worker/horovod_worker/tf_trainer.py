@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import horovod_contract as contract
 from horovod_worker.common import (
+    ADASUM_NEEDS_MPI,
     EpochMetrics,
     TrainConfig,
     WorkerError,
@@ -37,6 +38,7 @@ from horovod_worker.common import (
     hostname,
     learning_rate,
     log,
+    lr_scale,
     order_fingerprint,
     rank_line,
     run_summary,
@@ -197,6 +199,8 @@ def run(config: TrainConfig) -> dict[str, Any]:
         # Before anything that could start TensorFlow's runtime: devices can be
         # hidden only until then.
         choice = pin_device(local_rank, local_size, config.allow_cpu)
+        if config.adasum and not hvd.mpi_enabled():
+            raise WorkerError(ADASUM_NEEDS_MPI)
         check_legacy_keras()
         dataset = load(config.dataset, config.data_dir, config.synthetic_samples)
         if rank == 0 and config.checkpoint_dir is not None:
@@ -217,7 +221,14 @@ def run(config: TrainConfig) -> dict[str, Any]:
     model = build_model(dataset, config.hidden)
     optimizer = keras.optimizers.SGD(learning_rate=config.lr, momentum=config.momentum)
     if config.mode == "fit":
-        optimizer = hvd_keras.DistributedOptimizer(optimizer, op=hvd.Average)
+        optimizer = hvd_keras.DistributedOptimizer(
+            optimizer,
+            op=hvd.Adasum if config.adasum else hvd.Average,
+            compression=hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none,
+            backward_passes_per_step=config.backward_passes_per_step,
+            average_aggregated_gradients=True,
+            gradient_predivide_factor=config.gradient_predivide_factor,
+        )
     build_optimizer_state(optimizer, model)
     initial_checksum = weights_checksum(model)
 
@@ -345,13 +356,20 @@ def _tape_epochs(
     steps: int,
 ) -> EpochFn:
     """A custom loop: gradients averaged by hvd.DistributedGradientTape."""
+    on_gpu = bool(tf.config.get_visible_devices("GPU"))
+    scale = lr_scale(size, hvd.local_size(), config.adasum, on_gpu)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def step_fn(images: Any, labels: Any) -> tuple[Any, Any]:
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = loss_fn(labels, logits)
-        tape = hvd.DistributedGradientTape(tape, op=hvd.Average)
+        tape = hvd.DistributedGradientTape(
+            tape,
+            op=hvd.Adasum if config.adasum else hvd.Average,
+            compression=hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none,
+            gradient_predivide_factor=config.gradient_predivide_factor,
+        )
         gradients = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         return loss, logits
@@ -360,11 +378,11 @@ def _tape_epochs(
 
     def train_epoch(epoch: int, step: int) -> tuple[float, float, float, int, float]:
         loss_sum = correct = count = 0.0
-        lr = learning_rate(step, steps, config.lr, size, config.warmup_epochs)
+        lr = learning_rate(step, steps, config.lr, scale, config.warmup_epochs)
         for images, labels in epoch_dataset(
             dataset, size, rank, data_seed, epoch, config.batch_size
         ):
-            lr = learning_rate(step, steps, config.lr, size, config.warmup_epochs)
+            lr = learning_rate(step, steps, config.lr, scale, config.warmup_epochs)
             optimizer.learning_rate.assign(lr)
             loss, logits = train_step(images, labels)
             n = int(labels.shape[0])
@@ -423,12 +441,14 @@ def _fit_epochs(
     end only at epoch boundaries, so a fractional --warmup-epochs kept ramping
     past --lr x size until the epoch ended (25-75% too high).
     """
+    on_gpu = bool(tf.config.get_visible_devices("GPU"))
+    scale = lr_scale(size, hvd.local_size(), config.adasum, on_gpu)
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
-    schedule = StepLearningRate(optimizer, steps, config.lr, size, config.warmup_epochs)
+    schedule = StepLearningRate(optimizer, steps, config.lr, scale, config.warmup_epochs)
     callbacks = [
         hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
         hvd_keras.callbacks.MetricAverageCallback(),

@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import horovod_contract as contract
 from horovod_worker.common import (
+    ADASUM_NEEDS_MPI,
     EpochMetrics,
     TrainConfig,
     WorkerError,
@@ -37,6 +38,7 @@ from horovod_worker.common import (
     hostname,
     learning_rate,
     log,
+    lr_scale,
     order_fingerprint,
     rank_line,
     run_summary,
@@ -143,6 +145,8 @@ def run(config: TrainConfig) -> dict[str, Any]:
     dataset: Dataset | None = None
     try:
         choice = select_for_pod(local_rank, local_size, visible_gpus(), config.allow_cpu)
+        if config.adasum and not hvd.mpi_enabled():
+            raise WorkerError(ADASUM_NEEDS_MPI)
         dataset = load(config.dataset, config.data_dir, config.synthetic_samples)
         if rank == 0 and config.checkpoint_dir is not None:
             ensure_writable_dir(config.checkpoint_dir, "checkpoint dir")
@@ -162,9 +166,16 @@ def run(config: TrainConfig) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     model = build_model(dataset, config.hidden).to(device)
     base_optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+    passes = config.backward_passes_per_step
     optimizer = hvd.DistributedOptimizer(
-        base_optimizer, named_parameters=model.named_parameters(), op=hvd.Average
+        base_optimizer,
+        named_parameters=model.named_parameters(),
+        compression=hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none,
+        op=hvd.Adasum if config.adasum else hvd.Average,
+        backward_passes_per_step=passes,
+        gradient_predivide_factor=config.gradient_predivide_factor,
     )
+    scale = lr_scale(size, local_size, config.adasum, choice.is_gpu)
     initial_checksum = parameter_checksum(model)
 
     start_epoch, step, resumed_from = 0, 0, None
@@ -213,23 +224,30 @@ def run(config: TrainConfig) -> dict[str, Any]:
     # 4. Training.
     history: list[EpochMetrics] = []
     epoch_orders: list[str] = []
-    lr = learning_rate(step, steps_per_epoch, config.lr, size, config.warmup_epochs)
+    updates = 0  # optimizer steps: one per --backward-passes-per-step batches
+    lr = learning_rate(step, steps_per_epoch, config.lr, scale, config.warmup_epochs)
     for epoch in range(start_epoch, config.epochs):
         sampler.set_epoch(epoch)  # a new shuffle, the same on every rank
         epoch_orders.append(order_fingerprint(iter(sampler)))
         model.train()
         loss_sum = correct = count = 0.0
         started = time.perf_counter()
-        for images, labels in loader:
-            lr = learning_rate(step, steps_per_epoch, config.lr, size, config.warmup_epochs)
+        optimizer.zero_grad()
+        for batch, (images, labels) in enumerate(loader):
+            lr = learning_rate(step, steps_per_epoch, config.lr, scale, config.warmup_epochs)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             images, labels = images.to(device), labels.to(device)
-            optimizer.zero_grad()
             logits = model(images)
             loss = nn.functional.cross_entropy(logits, labels)
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
+            # With accumulation the gradient is the mean over the N batches.
+            (loss / passes).backward()  # type: ignore[no-untyped-call]
+            # One allreduce and update per N backward passes; the epoch's last batch
+            # updates with what it has (step() allreduces the gradients still pending).
+            if (batch + 1) % passes == 0 or batch + 1 == steps_per_epoch:
+                optimizer.step()
+                optimizer.zero_grad()
+                updates += 1
             step += 1
             loss_sum += loss.item() * len(labels)
             correct += float((logits.argmax(dim=1) == labels).sum())
@@ -277,6 +295,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             "start_checksum": start_checksum,
             "checksum": final_checksum,
             "epoch_orders": epoch_orders,
+            "optimizer_updates": updates,
         },
         name="rank_summary",
     )

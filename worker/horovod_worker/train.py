@@ -131,6 +131,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU threads per process (default: the cores this container may use, by its "
         "affinity and CPU limit, divided by the local processes)",
     )
+    performance = parser.add_argument_group("Horovod performance options")
+    performance.add_argument(
+        "--fp16-allreduce",
+        action="store_true",
+        help="compress gradients to float16 for the allreduce (half the traffic)",
+    )
+    performance.add_argument(
+        "--adasum",
+        action="store_true",
+        help="combine gradients with Adasum instead of averaging; the learning rate is then "
+        "not scaled by the world size (by the local size on GPUs)",
+    )
+    performance.add_argument(
+        "--backward-passes-per-step",
+        type=positive_int,
+        default=1,
+        help="accumulate gradients over N batches, one allreduce and update per N (PyTorch; "
+        "TensorFlow --mode fit)",
+    )
+    performance.add_argument(
+        "--gradient-predivide-factor",
+        type=positive_float,
+        default=1.0,
+        help="divide gradients by F before the allreduce and by size/F after (overflow "
+        "headroom for fp16; not with --adasum)",
+    )
     parser.add_argument(
         "--allow-cpu",
         action="store_true",
@@ -150,6 +176,18 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         parser.error("--dataset mnist needs --data-dir (MNIST is never downloaded)")
     if args.mode == "fit" and args.framework != "tensorflow":
         parser.error("--mode fit is the Keras path: use it with --framework tensorflow")
+    if args.adasum and args.mode == "fit":
+        parser.error(
+            "--adasum: horovod.tensorflow.keras's DistributedOptimizer supports only "
+            "averaging; use --mode tape"
+        )
+    if args.adasum and args.gradient_predivide_factor != 1.0:
+        parser.error("--gradient-predivide-factor applies to averaging, not to --adasum")
+    if args.backward_passes_per_step > 1 and args.framework == "tensorflow" and args.mode != "fit":
+        parser.error(
+            "--backward-passes-per-step needs --mode fit with TensorFlow "
+            "(hvd.DistributedGradientTape has no accumulation)"
+        )
     return TrainConfig(
         framework=args.framework,
         mode=args.mode,
@@ -168,6 +206,10 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         synthetic_samples=args.synthetic_samples,
         threads=args.threads,
         allow_cpu=args.allow_cpu,
+        fp16_allreduce=args.fp16_allreduce,
+        adasum=args.adasum,
+        backward_passes_per_step=args.backward_passes_per_step,
+        gradient_predivide_factor=args.gradient_predivide_factor,
     )
 
 
