@@ -199,9 +199,19 @@ class KueueProcess:
         files = crd_files()
         if not files:
             raise KueueError(f"no CRDs under {module_root()}/config/components/crd/bases")
+        names = [yaml.safe_load(f.read_text())["metadata"]["name"] for f in files]
+        # CRDs an earlier run deleted (--wait=false) refuse objects until they are gone.
+        if self._terminating_crds(names):
+            self._drop_finalizers(names)
+        wait_for(
+            lambda: not self._terminating_crds(names),
+            timeout,
+            interval=0.5,
+            message="Kueue's CRDs from an earlier install gone",
+            error=KueueError,
+        )
         args = [a for f in files for a in ("-f", str(f))]
         self.kubectl("apply", "--server-side", "--force-conflicts", *args, timeout=timeout)
-        names = [yaml.safe_load(f.read_text())["metadata"]["name"] for f in files]
         self.kubectl(
             "wait",
             "--for=condition=Established",
@@ -210,10 +220,36 @@ class KueueProcess:
             timeout=timeout + 10,
         )
 
+    def _terminating_crds(self, names: list[str]) -> list[str]:
+        proc = self.kubectl("get", "crd", *names, "--ignore-not-found", "-o", "json", check=False)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            return []
+        items = json.loads(proc.stdout).get("items") or []
+        return [i["metadata"]["name"] for i in items if i["metadata"].get("deletionTimestamp")]
+
     def uninstall_crds(self) -> None:
-        """Delete Kueue's CRDs (and with them every Kueue object)."""
-        args = [a for f in crd_files() for a in ("-f", str(f))]
+        """Delete Kueue's CRDs (and with them every Kueue object). Kueue's finalizers
+        on what is left (a ClusterQueue or flavor in use) would hold the CRDs forever
+        once Kueue is gone, so they are dropped."""
+        files = crd_files()
+        args = [a for f in files for a in ("-f", str(f))]
         self.kubectl("delete", "--ignore-not-found", "--wait=false", *args, check=False)
+        self._drop_finalizers([yaml.safe_load(f.read_text())["metadata"]["name"] for f in files])
+
+    def _drop_finalizers(self, crds: list[str]) -> None:
+        for crd in crds:
+            proc = self.kubectl("get", crd, "-A", "-o", "json", check=False)
+            if proc.returncode != 0 or not proc.stdout.strip():
+                continue
+            for item in json.loads(proc.stdout).get("items") or []:
+                meta = item["metadata"]
+                if not meta.get("finalizers"):
+                    continue
+                where = ["-n", meta["namespace"]] if meta.get("namespace") else []
+                self.kubectl(
+                    "patch", crd, meta["name"], *where, "--type=merge",
+                    "-p", '{"metadata":{"finalizers":null}}', check=False,
+                )  # fmt: skip
 
     def _write_config(self) -> Path:
         certs = self.state / "webhook-certs"

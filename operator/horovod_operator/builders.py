@@ -295,14 +295,16 @@ def _pod_template(
     return metadata, pod_spec, container
 
 
-def new_pod_group(job: HorovodJob, attempt: int) -> Obj:
+def new_pod_group(job: HorovodJob, attempt: int, admission: Admission | None = None) -> Obj:
     """The workers' gang for one attempt (scheduling.k8s.io/v1beta1 PodGroup,
     KEP-4671): the kube-scheduler binds none of its pods until minCount of them
     fit at once, so two jobs that each get part of the GPUs cannot wait on each
     other forever. Its priority is the pods'."""
     name = job.metadata.name
     spec: Obj = {"schedulingPolicy": {"gang": {"minCount": job.spec.gang_size()}}}
-    if job.spec.scheduling.priority_class_name:
+    if job.spec.scheduling.priority_class_name and (
+        admission is None or admission.pod_priority_class
+    ):
         spec["priorityClassName"] = job.spec.scheduling.priority_class_name
     labels = {**names.role_labels(name, names.ROLE_WORKER), names.LABEL_ATTEMPT: str(attempt)}
     return {

@@ -267,7 +267,7 @@ def _ensure_children(
         admissions = dict(queue.admissions)
     if missing and gang:
         # Before its pods: the scheduler holds them until their group is complete.
-        want(builders.new_pod_group(job, attempt))
+        want(builders.new_pod_group(job, attempt, admissions.get(names.ROLE_WORKER)))
     for index in missing:
         want(builders.new_worker_pod(job, index, attempt, gang, admissions.get(names.ROLE_WORKER)))
     if missing or children.stray_launcher_pods or children.launcher_job is not None:

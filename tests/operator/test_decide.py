@@ -1124,6 +1124,13 @@ def test_a_workload_priority_class_is_the_workloads_not_the_pods() -> None:
     }
     assert spec["priority"] == 1000
     assert "priorityClassName" not in spec["podSets"][0]["template"]["spec"]
+    # Nor on the gang of its admitted pods: the API server knows no such PriorityClass.
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    admitted["spec"]["priorityClassRef"] = {"kind": "WorkloadPriorityClass", "name": "urgent"}
+    suspended = body(SUSPENDED, scheduling={"queue": "gpus", "priorityClassName": "urgent"})
+    started = kueue(suspended, [], wl=admitted, flavors={"a100": A100}, gang_api=True)
+    assert created(started) == ["PodGroup/j-gang-0-2", "Pod/j-worker-0", "Pod/j-worker-1"]
+    assert all("priorityClassName" not in obj["spec"] for obj in started.creates)
 
 
 def test_without_kueue_the_queue_is_only_a_label() -> None:
