@@ -174,8 +174,9 @@ def test_three_jobs_on_eight_gpus_two_run_and_the_third_waits_whole(
     )
     assert jobs.pods(waiting) == [] and jobs.pods(waiting, "launcher") == []
     # What a user sees (docs/kueue.md quotes it).
-    for kind in ("hj", "workloads"):
+    for kind in ("hj", WORKLOADS):
         print(cluster.kubectl("get", kind, "-n", namespace).stdout)
+    print(f"{waiting}: {jobs.status(waiting)['message']}")
     for name in admitted:
         _on_pool(jobs, name, namespace)
         workload = _workload(cluster, namespace, name)
