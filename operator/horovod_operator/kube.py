@@ -177,8 +177,14 @@ class Kube:
             method, url, header_params, payload, post_params, _request_timeout=REQUEST_TIMEOUT
         )
         raw = response.read()  # type: ignore[no-untyped-call]
-        data: Obj = json.loads(raw) if raw else {}
-        if not 200 <= response.status < 300:
+        ok = 200 <= response.status < 300
+        try:
+            data: Obj = json.loads(raw) if raw else {}
+        except ValueError:
+            if ok:
+                raise
+            data = {}  # not a Status: "404 page not found" for a group nobody serves
+        if not ok:
             raise KubeError(
                 response.status,
                 str(data.get("reason") or response.reason),
