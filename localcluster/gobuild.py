@@ -183,6 +183,14 @@ TOOLS = (
         module="github.com/containernetworking/plugins",
         control_plane=False,
     ),
+    # Kueue's controller manager: the queue that admits a HorovodJob as one Workload
+    # (localcluster/kueue.py runs it against the local control plane).
+    Tool(
+        "kueue",
+        {"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
+        module="sigs.k8s.io/kueue",
+        control_plane=False,
+    ),
     # The benchmark's peer, built from the module proxy as released.
     Tool(
         "mpi-operator",

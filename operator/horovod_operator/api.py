@@ -284,10 +284,17 @@ class Scheduling(_Model):
 
     scheduler_name: str | None = Field(default=None, description="spec.schedulerName of pods.")
     priority_class_name: str | None = Field(
-        default=None, description="spec.priorityClassName of pods."
+        default=None,
+        description="spec.priorityClassName of pods. With Kueue, the Workload's priority: a "
+        "WorkloadPriorityClass of this name (then not set on pods), else the PriorityClass.",
     )
     queue: str | None = Field(
-        default=None, description="Kueue queue name, set as label kueue.x-k8s.io/queue-name."
+        default=None,
+        description="Kueue LocalQueue. Where the cluster serves Kueue's Workload API the job "
+        "is admitted as one Workload (workers and launcher): Suspended/QueuedByKueue with no "
+        "pods until Kueue admits it, on the admitted flavors' nodes, suspended again when "
+        "evicted (docs/kueue.md). Elsewhere it is only the pods' label "
+        "kueue.x-k8s.io/queue-name.",
     )
 
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import base64
 import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import horovod_contract as contract
 
 from . import names
 from .api import API_VERSION, KIND, MAX_SECONDS, HorovodJob, HorovodJobSpec
+from .plan import Priority
 from .sshkeys import KeyPair
 
 Obj = dict[str, Any]
@@ -35,6 +38,21 @@ def owner_reference(job: HorovodJob) -> Obj:
 
 
 POD_GROUP_API_VERSION: Final = "scheduling.k8s.io/v1beta1"
+WORKLOAD_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Where Kueue admitted a pod set: its flavors' node labels and tolerations.
+
+    A pod of a job that Kueue admits carries no queue label (the Workload is the
+    job's one claim on quota; with Kueue's pod integration a labelled pod would be
+    a second), and carries spec.scheduling.priorityClassName only when it names a
+    PriorityClass (a WorkloadPriorityClass alone is no pod priority)."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[Obj] = ()
+    pod_priority_class: bool = True
 
 
 def _metadata(job: HorovodJob, name: str, labels: dict[str, str]) -> Obj:
@@ -301,6 +319,7 @@ def _pod_template(
     role: str,
     labels: dict[str, str],
     index: int | None = None,
+    admission: Admission | None = None,
 ) -> tuple[Obj, Obj, Obj]:
     """Merge the user's PodTemplateSpec with what every pod of the job needs.
 
@@ -313,7 +332,7 @@ def _pod_template(
     pod_spec: Obj = template.get("spec") or {}
 
     all_labels = {**(user_meta.get("labels") or {}), **labels}
-    if job.spec.scheduling.queue:
+    if job.spec.scheduling.queue and admission is None:
         all_labels[names.LABEL_KUEUE_QUEUE] = job.spec.scheduling.queue
     metadata: Obj = {"labels": all_labels}
     if user_meta.get("annotations"):
@@ -324,8 +343,20 @@ def _pod_template(
     pod_spec["restartPolicy"] = "Never"
     if job.spec.scheduling.scheduler_name:
         pod_spec["schedulerName"] = job.spec.scheduling.scheduler_name
-    if job.spec.scheduling.priority_class_name:
+    if job.spec.scheduling.priority_class_name and (
+        admission is None or admission.pod_priority_class
+    ):
         pod_spec["priorityClassName"] = job.spec.scheduling.priority_class_name
+    if admission is not None and admission.node_selector:
+        pod_spec["nodeSelector"] = {
+            **(pod_spec.get("nodeSelector") or {}),
+            **admission.node_selector,
+        }
+    if admission is not None and admission.tolerations:
+        tolerations = list(pod_spec.get("tolerations") or [])
+        pod_spec["tolerations"] = tolerations + [
+            dict(t) for t in admission.tolerations if t not in tolerations
+        ]
     volumes = _merge_named(pod_spec.get("volumes") or [], _volumes(job, role))
     if volumes:
         pod_spec["volumes"] = volumes
@@ -347,14 +378,16 @@ def _pod_template(
     return metadata, pod_spec, container
 
 
-def new_pod_group(job: HorovodJob, attempt: int) -> Obj:
+def new_pod_group(job: HorovodJob, attempt: int, admission: Admission | None = None) -> Obj:
     """The workers' gang for one attempt (scheduling.k8s.io/v1beta1 PodGroup,
     KEP-4671): the kube-scheduler binds none of its pods until minCount of them
     fit at once, so two jobs that each get part of the GPUs cannot wait on each
     other forever. Its priority is the pods'."""
     name = job.metadata.name
     spec: Obj = {"schedulingPolicy": {"gang": {"minCount": job.spec.gang_size()}}}
-    if job.spec.scheduling.priority_class_name:
+    if job.spec.scheduling.priority_class_name and (
+        admission is None or admission.pod_priority_class
+    ):
         spec["priorityClassName"] = job.spec.scheduling.priority_class_name
     labels = {**names.role_labels(name, names.ROLE_WORKER), names.LABEL_ATTEMPT: str(attempt)}
     return {
@@ -367,10 +400,17 @@ def new_pod_group(job: HorovodJob, attempt: int) -> Obj:
     }
 
 
-def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False) -> Obj:
+def new_worker_pod(
+    job: HorovodJob,
+    index: int,
+    attempt: int,
+    gang: bool = False,
+    admission: Admission | None = None,
+) -> Obj:
     """Worker pod `<job>-worker-<i>`, reachable as its hostname: sshd by default
     (mpi), or its own ranks behind horovod_worker.gloo_worker (gloo); with `gang`,
-    a member of the attempt's PodGroup."""
+    a member of the attempt's PodGroup; with `admission`, placed where Kueue
+    admitted the workers."""
     name = job.metadata.name
     labels = {
         **names.role_labels(name, names.ROLE_WORKER),
@@ -379,7 +419,7 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False
         names.LABEL_ATTEMPT: str(attempt),
     }
     template_meta, pod_spec, container = _pod_template(
-        job, job.spec.worker.template, names.ROLE_WORKER, labels, index
+        job, job.spec.worker.template, names.ROLE_WORKER, labels, index, admission
     )
     pod_spec["hostname"] = names.worker_name(name, index)
     pod_spec["subdomain"] = names.service_name(name)
@@ -416,7 +456,7 @@ def new_worker_pod(job: HorovodJob, index: int, attempt: int, gang: bool = False
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
-def new_launcher_job(job: HorovodJob, attempt: int) -> Obj:
+def new_launcher_job(job: HorovodJob, attempt: int, admission: Admission | None = None) -> Obj:
     """batch/v1 Job `<job>-launcher` running horovodrun once (the operator retries);
     in gloo mode, the rendezvous server the workers' ranks meet at.
 
@@ -430,7 +470,7 @@ def new_launcher_job(job: HorovodJob, attempt: int) -> Obj:
         names.LABEL_ATTEMPT: str(attempt),
     }
     template_meta, pod_spec, container = _pod_template(
-        job, job.spec.launcher.template, names.ROLE_LAUNCHER, labels
+        job, job.spec.launcher.template, names.ROLE_LAUNCHER, labels, admission=admission
     )
     if job.spec.launch_mode == "gloo":
         # Reachable as `<job>-launcher.<job>-worker.<ns>.svc`: the rendezvous.
@@ -460,4 +500,60 @@ def new_launcher_job(job: HorovodJob, attempt: int) -> Obj:
             "backoffLimit": 0,
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
+    }
+
+
+def _requests_from_limits(pod_spec: Obj) -> Obj:
+    """Kueue counts requests; a container that sets only limits requests as much
+    (what the API server defaults for a pod, and Kueue's jobs get from
+    workload.AdjustResources; a Workload's template is not defaulted)."""
+    spec = copy.deepcopy(pod_spec)
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or ():
+            resources = container.get("resources") or {}
+            limits = resources.get("limits") or {}
+            if limits:
+                resources["requests"] = {**limits, **(resources.get("requests") or {})}
+                container["resources"] = resources
+    return spec
+
+
+def new_workload(job: HorovodJob, attempt: int, priority: Priority | None) -> Obj:
+    """The job's Kueue Workload (kueue.x-k8s.io/v1beta2): its workers and its
+    launcher as two pod sets in spec.scheduling.queue, with the priority of
+    spec.scheduling.priorityClassName. Kueue admits it whole or not at all."""
+    name = job.metadata.name
+    pod_priority_class = priority is None or priority.kind == "PriorityClass"
+    unplaced = Admission(pod_priority_class=pod_priority_class)
+    worker_spec = new_worker_pod(job, 0, attempt, admission=unplaced)["spec"]
+    for per_pod in ("hostname", "subdomain"):
+        worker_spec.pop(per_pod, None)
+    launcher_spec = new_launcher_job(job, attempt, admission=unplaced)["spec"]["template"]["spec"]
+    spec: Obj = {
+        "queueName": job.spec.scheduling.queue,
+        "podSets": [
+            {
+                "name": names.ROLE_WORKER,
+                "count": job.spec.worker.replicas,
+                "template": {"spec": _requests_from_limits(worker_spec)},
+            },
+            {
+                "name": names.ROLE_LAUNCHER,
+                "count": 1,
+                "template": {"spec": _requests_from_limits(launcher_spec)},
+            },
+        ],
+    }
+    if priority is not None:
+        spec["priorityClassRef"] = {
+            "group": priority.group,
+            "kind": priority.kind,
+            "name": priority.name,
+        }
+        spec["priority"] = priority.value
+    return {
+        "apiVersion": WORKLOAD_API_VERSION,
+        "kind": "Workload",
+        "metadata": _metadata(job, names.workload_name(name, attempt), names.base_labels(name)),
+        "spec": spec,
     }

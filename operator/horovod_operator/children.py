@@ -233,6 +233,8 @@ class Children:
     secret: Obj | None = None
     config_map: Obj | None = None
     service: Obj | None = None
+    # The job's Kueue Workload (kueue.x-k8s.io/v1beta2), an unfinished one first.
+    workload: Obj | None = None
     # Objects with the job's labels that it does not control, by name.
     foreign: dict[str, Obj] = field(default_factory=dict)
 
@@ -247,6 +249,7 @@ def sort_children(
     secrets: Iterable[Obj] = (),
     config_maps: Iterable[Obj] = (),
     services: Iterable[Obj] = (),
+    workloads: Iterable[Obj] = (),
 ) -> Children:
     """Split what the label-selected watches show into the job's own and the rest."""
     children = Children()
@@ -279,9 +282,32 @@ def sort_children(
                 setattr(children, kind, item)
             else:
                 foreign[name_of(item)] = item
+    own = [w for w in workloads if controlled_by(w, uid)]
+    foreign.update({name_of(w): w for w in workloads if not controlled_by(w, uid)})
+    if own:
+        # A finished Workload is history; the unfinished one is the job's now.
+        children.workload = min(own, key=lambda w: (workload_finished(w), name_of(w)))
     children.workers.sort(key=name_of)
     children.launcher_pods.sort(key=lambda p: metadata_of(p).get("creationTimestamp") or "")
     return children
+
+
+def workload_condition(workload: Obj, type_: str) -> Mapping[str, Any] | None:
+    """A condition of a Kueue Workload (metav1.Condition), if set."""
+    for condition in (workload.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == type_:
+            found: Mapping[str, Any] = condition
+            return found
+    return None
+
+
+def workload_true(workload: Obj, type_: str) -> bool:
+    condition = workload_condition(workload, type_)
+    return condition is not None and condition.get("status") == "True"
+
+
+def workload_finished(workload: Obj) -> bool:
+    return workload_true(workload, "Finished")
 
 
 # --- the current attempt -----------------------------------------------------------------

@@ -53,6 +53,12 @@ REASON_CREATE_FORBIDDEN: Final = "CreateForbidden"
 REASON_CHILD_CONFLICT: Final = "ChildConflict"
 REASON_OLD_CHILD: Final = "WaitingForPreviousJob"
 REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
+# Reasons of a job that Kueue admits (queueing.py): Suspended until its Workload is
+# admitted, and again while an eviction takes its pods.
+REASON_QUEUED_BY_KUEUE: Final = "QueuedByKueue"
+REASON_EVICTED_BY_KUEUE: Final = "EvictedByKueue"
+REASON_PRIORITY_CLASS_NOT_FOUND: Final = "PriorityClassNotFound"
+REASON_WORKLOAD_FINISHED: Final = "WorkloadFinished"
 
 # The condition that each phase sets True; the others among them go False.
 PHASE_CONDITION: Final[dict[str, str]] = {

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from . import builders, names, stalled
+from . import builders, names, queueing, stalled
 from .api import (
     STARTED_PHASES,
     TERMINAL_PHASES,
@@ -72,6 +72,7 @@ _REFUSED_FIELD: Final = {
     ("Pod", "worker"): ("spec.worker.template", "worker pod"),
     ("Job", "launcher"): ("spec.launcher.template", "launcher Job"),
     ("ConfigMap", None): ("spec.worker.replicas", "ConfigMap with the hostfile"),
+    ("Workload", None): ("spec.scheduling.queue", "Kueue Workload"),
 }
 
 
@@ -106,11 +107,21 @@ def decide(seen: Observation) -> Plan:
     if permanent and (job.status is None or job.status.phase not in TERMINAL_PHASES):
         return _invalid(seen, job.status, _refusal_message(permanent[0]), generation)
 
-    status = compute_status(job, seen.children, seen.now, rejected_edit)
+    queue: queueing.Gate | None = None
+    if queueing.managed(job, seen) and (
+        job.status is None or job.status.phase not in TERMINAL_PHASES
+    ):
+        queue = queueing.gate(job, seen, job.status.restarts if job.status else 0)
+    hold = queue.hold if queue is not None else None
+    status = compute_status(job, seen.children, seen.now, rejected_edit, hold)
     plan = Plan(status=status, accepted_spec=job.spec if rejected_edit is None else None)
+    if queue is not None:
+        if queue.create is not None and not job.spec.run_policy.suspend:
+            plan.creates.append(queue.create)
+        plan.workload_status = queue.patch
     if status.phase in ("Pending", "Starting", "Running"):
         try:
-            _ensure_children(plan, job, status, seen)
+            _ensure_children(plan, job, status, seen, queue)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             return _invalid(
                 seen, job.status, f"spec: cannot build the job's objects: {error}", generation
@@ -120,8 +131,12 @@ def decide(seen: Observation) -> Plan:
         _delete_pods(plan, seen.children, lambda pod: True, with_launcher=True)
     elif status.phase in TERMINAL_PHASES:
         _finish(plan, job, status, seen)
+        if seen.kueue_api:
+            plan.workload_status = queueing.finished_patch(seen.children, status, seen.now)
     plan.events = _events(previous, status)
     _requeue_for_timers(plan, job, status, seen.now)
+    if queue is not None and queue.requeue_after is not None:
+        plan.requeue_after = min(plan.requeue_after or queue.requeue_after, queue.requeue_after)
     _force_delete_stuck_pods(plan, seen)
     return plan
 
@@ -168,6 +183,8 @@ def _invalid(
         status = invalid_spec_status(previous, message, generation, seen.now)
     plan = Plan(status=status, events=_events(previous, status))
     _delete_everything(plan, seen.children)
+    if seen.kueue_api:
+        plan.workload_status = queueing.finished_patch(seen.children, status, seen.now)
     return plan
 
 
@@ -206,9 +223,14 @@ def _with_replicas(job: HorovodJob, replicas: int) -> HorovodJob:
 
 
 def _ensure_children(
-    plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observation
+    plan: Plan,
+    job: HorovodJob,
+    status: HorovodJobStatus,
+    seen: Observation,
+    queue: queueing.Gate | None = None,
 ) -> None:
-    """Create what the attempt lacks; never an object whose name another holds."""
+    """Create what the attempt lacks; never an object whose name another holds.
+    A job that Kueue admits gets its pods only where the admission puts them."""
     children = seen.children
     job = _with_replicas(job, active_replicas(job.model_copy(update={"status": status})))
     attempt = status.restarts
@@ -239,16 +261,21 @@ def _ensure_children(
     gang = gang_scheduled(job, seen)
     if job.spec.scheduling.gang.policy == "Native" and not gang:
         return  # no worker without its gang; stalled.problems says why
+    admissions: dict[str, builders.Admission | None] = {}
+    if queue is not None:
+        if queue.admissions is None:
+            return  # admitted, but a flavor is not read yet
+        admissions = dict(queue.admissions)
     if missing and gang:
         # Before its pods: the scheduler holds them until their group is complete.
-        want(builders.new_pod_group(job, attempt))
+        want(builders.new_pod_group(job, attempt, admissions.get(names.ROLE_WORKER)))
     for index in missing:
-        want(builders.new_worker_pod(job, index, attempt, gang))
+        want(builders.new_worker_pod(job, index, attempt, gang, admissions.get(names.ROLE_WORKER)))
     if missing or children.stray_launcher_pods or children.launcher_job is not None:
         return  # the launcher waits for the watch to show every worker
     policy = job.spec.run_policy.launcher_creation_policy
     if policy == "AtStartup" or all_workers_ready(status):
-        want(builders.new_launcher_job(job, attempt))
+        want(builders.new_launcher_job(job, attempt, admissions.get(names.ROLE_LAUNCHER)))
 
 
 def gang_scheduled(job: HorovodJob, seen: Observation) -> bool:

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Final
 
-from . import metrics, names
+from . import metrics, names, queueing
 from .api import HorovodJobStatus, parse_status
 from .children import (
     Children,
@@ -28,12 +28,13 @@ from .children import (
     sort_children,
     uid_of,
     waiting_to_start,
+    workload_finished,
 )
 from .conditions import format_time, now_utc, parse_time
 from .kube import Kube, KubeError
 from .memory import PROGRESS_INTERVAL, Indexes, JobMemory, Key, Obj, Refused
 from .phases import progress_only, status_body
-from .plan import Delete, Event, Observation, Plan, Refusal
+from .plan import Delete, Event, Observation, Plan, Priority, Refusal, WorkloadStatusPatch
 from .sshkeys import generate_key_pair
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,10 @@ MAX_REFUSAL_BACKOFF: Final = 60.0
 # at most once per this interval.
 SLOW_START_SECONDS: Final = 15.0
 WARNINGS_INTERVAL: Final = 10.0
+# A ResourceFlavor read for one job's admission serves others for this long.
+FLAVOR_TTL: Final = 30.0
+# A Workload status write that conflicted with Kueue's is tried again after this.
+WORKLOAD_RETRY: Final = 0.5
 _KNOWN_STATUS_KEYS: Final = frozenset(
     field.alias or name for name, field in HorovodJobStatus.model_fields.items()
 )
@@ -77,6 +82,9 @@ class Executor:
         self.memory: dict[Key, JobMemory] = {}
         # Detected at start (handlers.startup): PodGroups for gangs can be created.
         self.gang_api = False
+        # Detected at start: Kueue's Workloads are served (queueing.py).
+        self.kueue_api = False
+        self._flavors: dict[str, tuple[float, Obj]] = {}
 
     def forget(self, key: Key) -> None:
         self.memory.pop(key, None)
@@ -120,8 +128,21 @@ class Executor:
             ix.secrets.get(key, ()),
             ix.config_maps.get(key, ()),
             ix.services.get(key, ()),
+            ix.workloads.get(key, ()),
         )
         self._settle(memory, children)
+        flavors: dict[str, Obj] = {}
+        priority: Priority | None = None
+        scheduling = (body.get("spec") or {}).get("scheduling") or {}
+        if self.kueue_api and scheduling.get("queue"):
+            for name in queueing.admitted_flavors(children.workload):
+                flavor = await self._flavor(name)
+                if flavor is not None:
+                    flavors[name] = flavor
+            wanted_class = scheduling.get("priorityClassName")
+            workload = children.workload
+            if wanted_class and (workload is None or workload_finished(workload)):
+                priority = await self._priority(str(wanted_class))
         now = now_utc()
         generation = int(body["metadata"].get("generation") or 0)
         refusals = [
@@ -146,8 +167,36 @@ class Executor:
             stuck_pod_grace=self.stuck_pod_grace,
             restrict_templates=self.restrict_templates,
             gang_api=self.gang_api,
+            kueue_api=self.kueue_api,
+            flavors=flavors,
+            priority=priority,
         )
         return seen, memory
+
+    async def _flavor(self, name: str) -> Obj | None:
+        """A ResourceFlavor, read at most every FLAVOR_TTL seconds."""
+        now = time.monotonic()
+        cached = self._flavors.get(name)
+        if cached is not None and now - cached[0] < FLAVOR_TTL:
+            return cached[1]
+        flavor = await self.kube.get("ResourceFlavor", "", name)
+        if flavor is None:
+            self._flavors.pop(name, None)
+            return None
+        self._flavors[name] = (now, flavor)
+        return flavor
+
+    async def _priority(self, name: str) -> Priority | None:
+        """What a priority class name names: a Kueue WorkloadPriorityClass first (the
+        class Kueue meant for queueing), else a PriorityClass (pods' priority)."""
+        for kind, group in (
+            ("WorkloadPriorityClass", "kueue.x-k8s.io"),
+            ("PriorityClass", "scheduling.k8s.io"),
+        ):
+            found = await self.kube.get(kind, "", name)
+            if found is not None:
+                return Priority(group, kind, name, int(found.get("value") or 0))
+        return None
 
     def _settle(self, memory: JobMemory, children: Children) -> None:
         """Forget expectations the watch has caught up with, or that are too old."""
@@ -157,6 +206,7 @@ class Executor:
             children.config_map,
             children.service,
             children.launcher_job,
+            children.workload,
             *children.workers,
         ]
         seen = {name_of(obj) for obj in owned if obj is not None}
@@ -244,6 +294,10 @@ class Executor:
                 {"data": plan.config_data},
             )
         retry = await self._create(key, body, plan.creates, memory)
+        if plan.workload_status is not None and await self._write_workload_status(
+            key[0], plan.workload_status
+        ):
+            retry = WORKLOAD_RETRY if retry is None else min(retry, WORKLOAD_RETRY)
         if plan.delete_job:
             logger.info(
                 "job %s/%s: ttlSecondsAfterFinished passed, deleting it",
@@ -291,6 +345,29 @@ class Executor:
         _count_transition(key, old.get("phase"), status)
         return written
 
+    async def _write_workload_status(self, namespace: str, patch: WorkloadStatusPatch) -> bool:
+        """Write the job's Workload status; True when Kueue moved it meanwhile (409)."""
+        status: dict[str, Any] = {"conditions": patch.conditions}
+        if patch.clear_admission:
+            status["admission"] = None
+        try:
+            await self.kube.patch_status(
+                "Workload", namespace, patch.name, patch.resource_version, status
+            )
+        except KubeError as error:
+            if error.not_found:
+                return False
+            if error.conflict:
+                return True
+            raise
+        logger.info(
+            "workload %s/%s: %s",
+            namespace,
+            patch.name,
+            "admission cleared, queued again" if patch.clear_admission else "Finished",
+        )
+        return False
+
     async def _post_event(self, body: Obj, event: Event) -> None:
         logger.info(
             "job %s/%s: %s %s: %s",
@@ -328,7 +405,7 @@ class Executor:
         """Create in dependency order (the pods mount the Secret and ConfigMap); the
         seconds until a refused create may be tried again, if any."""
         generation = int(body["metadata"].get("generation") or 0)
-        kinds = (("Secret", "ConfigMap", "Service", "PodGroup"), ("Pod",), ("Job",))
+        kinds = (("Workload", "Secret", "ConfigMap", "Service", "PodGroup"), ("Pod",), ("Job",))
         for stage_kinds in kinds:
             stage = [obj for obj in creates if obj["kind"] in stage_kinds]
             now = time.monotonic()
@@ -359,7 +436,7 @@ class Executor:
                 return False
             raise
         memory.refused.pop(name, None)
-        if kind in ("Pod", "Job", "PodGroup"):
+        if kind in ("Pod", "Job", "PodGroup", "Workload"):
             # Not in the watch yet (a PodGroup never is: it is not watched); for
             # PENDING_WRITE_TTL it is not created again.
             memory.creating[name] = time.monotonic()

@@ -50,6 +50,9 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.label_selectors["batch", "v1", "jobs"] = names.MANAGED_SELECTOR
     for plural in ("secrets", "configmaps", "services"):
         settings.watching.label_selectors["v1", plural] = names.MANAGED_SELECTOR
+    settings.watching.label_selectors["kueue.x-k8s.io", "v1beta2", "workloads"] = (
+        names.MANAGED_SELECTOR
+    )
     # Explicit persistence, although the handlers here store nothing: event
     # handlers and indexes need neither progress nor finalizers.
     settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
@@ -93,6 +96,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     logger.info(
         "native gang scheduling (scheduling.k8s.io/v1beta1 PodGroup): %s",
         "served" if reconciler.executor.gang_api else "not served",
+    )
+    # Kueue admits jobs with a queue as one Workload when its API is served
+    # (queueing.py); without it the queue is only a label on the pods.
+    try:
+        reconciler.executor.kueue_api = await kube.serves("kueue.x-k8s.io/v1beta2", "workloads")
+    except KubeError as error:
+        logger.warning("cannot tell whether Kueue Workloads are served (%s); assuming not", error)
+    logger.info(
+        "Kueue admission (kueue.x-k8s.io/v1beta2 Workload): %s",
+        "served" if reconciler.executor.kueue_api else "not served",
     )
     memo.elector = None
     if config.leader_elect:
@@ -243,6 +256,46 @@ def hvjob_services(namespace: str | None, labels: kopf.Labels, body: kopf.Body, 
     return {(namespace or "", labels[names.LABEL_JOB_NAME]): _slim(body)}
 
 
+# A Workload as the decisions read it (queueing.py): its pod sets' templates, the
+# bulk of it, are the operator's own and never read back.
+def slim_workload(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    slim_spec = {
+        key: spec[key]
+        for key in ("queueName", "priorityClassRef", "priority", "active")
+        if key in spec
+    }
+    slim_spec["podSets"] = [
+        {"name": p.get("name"), "count": p.get("count")} for p in spec.get("podSets") or ()
+    ]
+    return {
+        "kind": "Workload",
+        "metadata": {
+            key: meta[key]
+            for key in (
+                "name",
+                "uid",
+                "labels",
+                "ownerReferences",
+                "deletionTimestamp",
+                "resourceVersion",
+                "generation",
+            )
+            if key in meta
+        },
+        "spec": slim_spec,
+        "status": dict(body.get("status") or {}),
+    }
+
+
+# Kueue's Workloads: on a cluster without Kueue kopf logs once that it cannot
+# serve them ("Unresolved resources"), and watches them if the CRD appears.
+@kopf.index("kueue.x-k8s.io", "v1beta2", "workloads", labels=_MANAGED)
+def hvjob_workloads(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace or "", labels[names.LABEL_JOB_NAME]): slim_workload(body)}
+
+
 # --- events: each asks for a reconcile of the job it belongs to ----------------------------
 
 
@@ -271,6 +324,7 @@ async def launcher_event(
     _trigger(memo, (namespace or "", labels[names.LABEL_JOB_NAME]), kwargs)
 
 
+@kopf.on.event("kueue.x-k8s.io", "v1beta2", "workloads", labels=_MANAGED)
 @kopf.on.event("v1", "secrets", labels=_MANAGED)
 @kopf.on.event("v1", "configmaps", labels=_MANAGED)
 @kopf.on.event("v1", "services", labels=_MANAGED)

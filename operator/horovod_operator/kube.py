@@ -123,6 +123,11 @@ _PATHS: Final[dict[str, str]] = {
     "HorovodJob": f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}",
     "Lease": "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
     "PodGroup": "/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
+    # Kueue (queueing.py); flavors and priority classes are cluster-scoped.
+    "Workload": "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads",
+    "ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+    "WorkloadPriorityClass": "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
+    "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
 }
 
 
@@ -185,8 +190,14 @@ class Kube:
             method, url, header_params, payload, post_params, _request_timeout=REQUEST_TIMEOUT
         )
         raw = response.read()  # type: ignore[no-untyped-call]
-        data: Obj = json.loads(raw) if raw else {}
-        if not 200 <= response.status < 300:
+        ok = 200 <= response.status < 300
+        try:
+            data: Obj = json.loads(raw) if raw else {}
+        except ValueError:
+            if ok:
+                raise
+            data = {}  # not a Status: "404 page not found" for a group nobody serves
+        if not ok:
             raise KubeError(
                 response.status,
                 str(data.get("reason") or response.reason),
@@ -271,6 +282,24 @@ class Kube:
             if error.not_found:
                 return None
             raise
+
+    async def patch_status(
+        self, kind: str, namespace: str, name: str, resource_version: str | None, status: Obj
+    ) -> Obj:
+        """Merge-patch another object's status subresource (a Kueue Workload's),
+        conditional on resourceVersion: a status Kueue moved meanwhile is a 409."""
+        path = _PATHS[kind].format(namespace=namespace) + f"/{name}/status"
+        patch: Obj = {"status": status}
+        if resource_version:
+            patch["metadata"] = {"resourceVersion": resource_version}
+        return await self._request(
+            "PATCH",
+            kind,
+            path,
+            body=patch,
+            query={"fieldManager": FIELD_MANAGER},
+            content_type="application/merge-patch+json",
+        )
 
     # --- the HorovodJob ------------------------------------------------------------------
 

@@ -56,3 +56,4 @@ class Indexes:
     secrets: Index = field(default_factory=dict)
     config_maps: Index = field(default_factory=dict)
     services: Index = field(default_factory=dict)
+    workloads: Index = field(default_factory=dict)

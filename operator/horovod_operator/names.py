@@ -66,6 +66,12 @@ def pod_group_name(job: str, attempt: int, size: int) -> str:
     return f"{job}-gang-{attempt}-{size}"
 
 
+def workload_name(job: str, attempt: int) -> str:
+    """The job's Kueue Workload, named after the attempt that first needed it (it
+    stays the job's Workload through evictions and restarts)."""
+    return f"hvjob-{job}-{attempt}"
+
+
 def worker_host(job: str, namespace: str, index: int) -> str:
     """The DNS name of a worker pod through the headless Service."""
     return f"{worker_name(job, index)}.{service_name(job)}.{namespace}.svc"

@@ -64,6 +64,9 @@ from .conditions import (
 )
 from .failures import Judged, judge, outcome
 
+# Phases of an attempt under way (its pods exist or are being made).
+_ATTEMPT_PHASES: Final = frozenset({"Pending", "Starting", "Running", "Restarting"})
+
 
 def due_time(start: str | None, seconds: int | None) -> datetime | None:
     """start + seconds, or None when either is unset. The API bounds both (a year
@@ -114,11 +117,16 @@ def compute_status(
     children: Children,
     now: datetime,
     rejected_edit: str | None = None,
+    hold: tuple[str, str] | None = None,
 ) -> HorovodJobStatus:
     """The next status of `job` given its own children.
 
     `rejected_edit` is the message of an edit the job ignores (its spec failed
     validation after the job started; `job` then carries the last accepted spec).
+    `hold` is (reason, message) of a job that Kueue has not admitted (queueing.py):
+    it is Suspended like a job with runPolicy.suspend. An attempt that was under
+    way when the hold came (an eviction) ends there, and the next one is counted
+    as a restart that is not a failure.
     """
     previous = job.status or HorovodJobStatus()
     status = previous.model_copy(deep=True)
@@ -136,10 +144,18 @@ def compute_status(
     status.workers = count_workers(workers, replicas)
     _spec_rejection(status, job, replicas, rejected_edit, now)
 
-    if policy.suspend:
+    if policy.suspend or hold is not None:
+        reason, message = REASON_SUSPENDED, "the job is suspended"
+        if hold is not None and not policy.suspend:
+            reason, message = hold
+            if previous.phase in _ATTEMPT_PHASES:
+                status.restarts += 1
+                status.uncounted_restarts += 1
         status.launcher = None
-        status.workers = count_workers(workers, job.spec.worker.replicas)
-        enter_phase(status, "Suspended", REASON_SUSPENDED, "the job is suspended", now)
+        status.workers = count_workers(
+            current_workers(children, status.restarts), job.spec.worker.replicas
+        )
+        enter_phase(status, "Suspended", reason, message, now)
         return status
     if previous.phase == "Suspended":
         # Resumed: the deadline counts from the resumption, as for batch/v1 Jobs.

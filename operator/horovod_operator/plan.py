@@ -59,6 +59,35 @@ class Observation:
     restrict_templates: bool = False
     # The cluster serves scheduling.k8s.io/v1beta1 PodGroup (native gang scheduling).
     gang_api: bool = False
+    # The cluster serves kueue.x-k8s.io/v1beta2 Workload: a job with a queue is
+    # admitted by Kueue as one Workload (queueing.py).
+    kueue_api: bool = False
+    # The ResourceFlavors the job's admitted Workload names, by name.
+    flavors: Mapping[str, Obj] = field(default_factory=dict)
+    # What spec.scheduling.priorityClassName names, looked up while the job has no
+    # Workload yet; None when it names nothing (or is unset).
+    priority: Priority | None = None
+
+
+@dataclass(frozen=True)
+class Priority:
+    """A priority class as a Workload refers to it (spec.priorityClassRef, spec.priority)."""
+
+    group: str  # kueue.x-k8s.io (WorkloadPriorityClass) or scheduling.k8s.io (PriorityClass)
+    kind: str
+    name: str
+    value: int
+
+
+@dataclass(frozen=True)
+class WorkloadStatusPatch:
+    """A write of the job's Workload status, as Kueue's job framework makes for its
+    own jobs: conditions (the whole list) and, when clearing, no admission."""
+
+    name: str
+    resource_version: str
+    conditions: list[dict[str, Any]]
+    clear_admission: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,3 +122,4 @@ class Plan:
     delete_job: bool = False  # ttlSecondsAfterFinished passed
     requeue_after: float | None = None
     accepted_spec: HorovodJobSpec | None = None  # remember this spec as accepted
+    workload_status: WorkloadStatusPatch | None = None

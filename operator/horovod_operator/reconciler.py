@@ -69,6 +69,7 @@ class Reconciler:
             secrets=indexes["hvjob_secrets"],
             config_maps=indexes["hvjob_config_maps"],
             services=indexes["hvjob_services"],
+            workloads=indexes.get("hvjob_workloads", {}),
         )
 
     def trigger(self, key: Key) -> None:

@@ -12,7 +12,7 @@ from horovod_operator.builders import new_config_map
 from horovod_operator.children import sort_children
 from horovod_operator.decide import decide
 from horovod_operator.phases import status_body
-from horovod_operator.plan import Delete, Event, Observation, Plan, Refusal
+from horovod_operator.plan import Delete, Event, Observation, Plan, Priority, Refusal
 from horovod_operator.sshkeys import KeyPair
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -922,3 +922,236 @@ def test_a_resume_with_fewer_workers_forms_a_gang_of_the_new_size() -> None:
     assert group["metadata"]["name"] == "j-gang-0-2"
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
     assert resumed.creates[1]["spec"]["schedulingGroup"] == {"podGroupName": "j-gang-0-2"}
+
+
+# --- Kueue: one Workload per job ----------------------------------------------------------
+
+QUEUE = {"queue": "gpus"}
+A100 = {
+    "kind": "ResourceFlavor",
+    "metadata": {"name": "a100"},
+    "spec": {
+        "nodeLabels": {"gpu": "a100"},
+        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+}
+
+
+def workload(*conditions: tuple[str, str, str], admitted_to: str | None = None) -> dict[str, Any]:
+    """The job's Workload as the slim index keeps it, with (type, status, reason) conditions."""
+    status: dict[str, Any] = {
+        "conditions": [
+            {
+                "type": t,
+                "status": s,
+                "reason": r,
+                "message": f"{r} message",
+                "lastTransitionTime": T0,
+            }
+            for t, s, r in conditions
+        ]
+    }
+    if admitted_to is not None:
+        status["admission"] = {
+            "clusterQueue": "cq",
+            "podSetAssignments": [
+                {"name": "worker", "flavors": {"nvidia.com/gpu": admitted_to}, "count": 2},
+                {"name": "launcher", "flavors": {"cpu": admitted_to}, "count": 1},
+            ],
+        }
+    return {
+        "kind": "Workload",
+        "metadata": {
+            "name": "hvjob-j-0",
+            "ownerReferences": owned(),
+            "resourceVersion": "7",
+            "generation": 1,
+        },
+        "spec": {"queueName": "gpus"},
+        "status": status,
+    }
+
+
+ADMITTED_WL = (("QuotaReserved", "True", "QuotaReserved"), ("Admitted", "True", "Admitted"))
+SUSPENDED = {**RUNNING, "phase": "Suspended", "launcher": None, "reason": "QueuedByKueue"}
+
+
+def kueue(job: dict[str, Any], pods: list[dict[str, Any]] | None = None, **extra: Any) -> Plan:
+    wl = extra.pop("wl", None)
+    objects = {"workloads": [wl]} if wl is not None else {}
+    return decide(observe(job, pods, objects=objects, kueue_api=True, **extra))
+
+
+def test_a_queued_job_gets_a_workload_and_no_pods() -> None:
+    job = body(worker={"resources": {"limits": {"nvidia.com/gpu": 2}}}, scheduling=QUEUE)
+    plan = kueue(job, with_infra=False)
+    assert created(plan) == ["Workload/hvjob-j-0"]
+    wl = plan.creates[0]
+    assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+    assert wl["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert wl["spec"]["queueName"] == "gpus"
+    worker_set, launcher_set = wl["spec"]["podSets"]
+    assert (worker_set["name"], worker_set["count"]) == ("worker", 2)
+    assert (launcher_set["name"], launcher_set["count"]) == ("launcher", 1)
+    resources = worker_set["template"]["spec"]["containers"][0]["resources"]
+    # Kueue counts requests: limits alone are requested as much.
+    assert resources["requests"] == {"nvidia.com/gpu": 2}
+    assert stored(plan)["phase"] == "Suspended"
+    assert stored(plan)["reason"] == "QueuedByKueue"
+    assert "queue gpus" in stored(plan)["message"]
+    assert "startTime" not in stored(plan)
+
+
+def test_a_job_waiting_in_the_queue_says_what_kueue_says() -> None:
+    pending = workload(("QuotaReserved", "False", "Pending"))
+    plan = kueue(body(SUSPENDED, scheduling=QUEUE), wl=pending)
+    assert created(plan) == [] and plan.deletes == []
+    assert stored(plan)["phase"] == "Suspended"
+    assert stored(plan)["reason"] == "QueuedByKueue"
+    assert stored(plan)["message"] == (
+        "Workload hvjob-j-0 waits in queue gpus for Kueue to admit it: Pending message"
+    )
+    assert stored(plan)["restarts"] == 0
+
+
+def test_an_admitted_job_starts_on_the_admitted_flavor() -> None:
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    plan = kueue(body(SUSPENDED, scheduling=QUEUE), [], wl=admitted, flavors={"a100": A100})
+    assert stored(plan)["phase"] == "Pending"
+    assert created(plan) == ["Pod/j-worker-0", "Pod/j-worker-1"]
+    for pod in plan.creates:
+        assert pod["spec"]["nodeSelector"] == {"gpu": "a100"}
+        assert pod["spec"]["tolerations"] == [
+            {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}
+        ]
+        # The Workload is the job's claim on quota: no pod is a second one.
+        assert "kueue.x-k8s.io/queue-name" not in pod["metadata"]["labels"]
+    assert plan.events == [Event("Normal", "JobResumed", "the job is resumed")]
+
+
+def test_the_launcher_of_an_admitted_job_goes_where_its_pod_set_was_admitted() -> None:
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    starting = {**RUNNING, "phase": "Starting", "launcher": None}
+    plan = kueue(
+        body(starting, scheduling=QUEUE),
+        [worker(0), worker(1)],
+        wl=admitted,
+        flavors={"a100": A100},
+    )
+    assert created(plan) == ["Job/j-launcher"]
+    assert plan.creates[0]["spec"]["template"]["spec"]["nodeSelector"] == {"gpu": "a100"}
+
+
+def test_an_admitted_job_waits_for_its_flavor_to_be_read() -> None:
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    plan = kueue(body(SUSPENDED, scheduling=QUEUE), [], wl=admitted)
+    assert created(plan) == [] and plan.deletes == []
+    assert plan.requeue_after is not None
+
+
+def test_an_evicted_job_loses_its_pods_but_is_not_failed() -> None:
+    evicted = workload(*ADMITTED_WL, ("Evicted", "True", "Preempted"), admitted_to="a100")
+    running = {**RUNNING, "restarts": 0}
+    plan = kueue(body(running, scheduling=QUEUE), ALL_UP, ljob=launcher_job(), wl=evicted)
+    status = stored(plan)
+    assert status["phase"] == "Suspended"
+    assert status["reason"] == "EvictedByKueue"
+    assert "Preempted" in status["message"]
+    # A new attempt, counted as a restart that is not a failure.
+    assert (status["restarts"], status["uncountedRestarts"]) == (1, 1)
+    # The launcher's pod goes with its Job (foreground).
+    assert sorted(d.name for d in plan.deletes) == ["j-launcher", "j-worker-0", "j-worker-1"]
+    assert "Failed" not in [c.type for c in plan.status.conditions if c.status == "True"]  # type: ignore[union-attr]
+    # The quota stays reserved while the pods go.
+    assert plan.workload_status is None
+
+
+def test_an_evicted_job_without_pods_gives_its_admission_back() -> None:
+    evicted = workload(*ADMITTED_WL, ("Evicted", "True", "Preempted"), admitted_to="a100")
+    was_evicted = {**SUSPENDED, "reason": "EvictedByKueue", "restarts": 1, "uncountedRestarts": 1}
+    plan = kueue(body(was_evicted, scheduling=QUEUE), [], wl=evicted)
+    patch = plan.workload_status
+    assert patch is not None and patch.clear_admission
+    assert (patch.name, patch.resource_version) == ("hvjob-j-0", "7")
+    by_type = {c["type"]: (c["status"], c["reason"]) for c in patch.conditions}
+    assert by_type["QuotaReserved"] == ("False", "Pending")
+    assert by_type["Admitted"] == ("False", "NoReservation")
+    assert by_type["Requeued"] == ("True", "Preempted")
+    assert by_type["Evicted"] == ("True", "Preempted")
+    assert stored(plan)["restarts"] == 1  # counted once, when the attempt ended
+    assert created(plan) == []
+
+
+def test_a_readmitted_job_resumes_as_its_new_attempt() -> None:
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    was_evicted = {**SUSPENDED, "restarts": 1, "uncountedRestarts": 1}
+    plan = kueue(body(was_evicted, scheduling=QUEUE), [], wl=admitted, flavors={"a100": A100})
+    assert stored(plan)["phase"] == "Pending"
+    assert [p["metadata"]["labels"]["horovod.ai/attempt"] for p in plan.creates] == ["1", "1"]
+    # The same Workload, admitted again: no new one.
+    assert "Workload/hvjob-j-0" not in created(plan) and "Workload/hvjob-j-1" not in created(plan)
+
+
+@pytest.mark.parametrize(
+    ("condition", "reason"), [("Succeeded", "Succeeded"), ("Failed", "Failed")]
+)
+def test_a_finished_job_finishes_its_workload(condition: str, reason: str) -> None:
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    running = {**RUNNING}
+    if condition == "Succeeded":
+        plan = kueue(
+            body(running, scheduling=QUEUE),
+            [worker(0), worker(1), launcher_pod("Succeeded")],
+            ljob=launcher_job("Complete"),
+            wl=admitted,
+        )
+    else:
+        plan = kueue(
+            body(running, runPolicy={"backoffLimit": 0}, scheduling=QUEUE),
+            [worker(0, phase="Failed", ready=False), worker(1), launcher_pod()],
+            ljob=launcher_job(),
+            wl=admitted,
+        )
+    assert stored(plan)["phase"] == condition
+    patch = plan.workload_status
+    assert patch is not None and not patch.clear_admission
+    finished = next(c for c in patch.conditions if c["type"] == "Finished")
+    assert (finished["status"], finished["reason"]) == ("True", reason)
+    assert finished["lastTransitionTime"] == NOW_S
+
+
+def test_a_finished_workload_is_finished_once() -> None:
+    done = workload(*ADMITTED_WL, ("Finished", "True", "Succeeded"), admitted_to="a100")
+    succeeded = {**RUNNING, "phase": "Succeeded", "completionTime": NOW_S}
+    plan = kueue(body(succeeded, scheduling=QUEUE), [], wl=done)
+    assert plan.workload_status is None
+
+
+def test_a_workload_priority_class_is_the_workloads_not_the_pods() -> None:
+    job = body(scheduling={"queue": "gpus", "priorityClassName": "urgent"})
+    missing = kueue(job, with_infra=False)
+    assert created(missing) == []
+    assert stored(missing)["reason"] == "PriorityClassNotFound"
+    urgent = Priority("kueue.x-k8s.io", "WorkloadPriorityClass", "urgent", 1000)
+    plan = kueue(job, with_infra=False, priority=urgent)
+    spec = plan.creates[0]["spec"]
+    assert spec["priorityClassRef"] == {
+        "group": "kueue.x-k8s.io",
+        "kind": "WorkloadPriorityClass",
+        "name": "urgent",
+    }
+    assert spec["priority"] == 1000
+    assert "priorityClassName" not in spec["podSets"][0]["template"]["spec"]
+    # Nor on the gang of its admitted pods: the API server knows no such PriorityClass.
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    admitted["spec"]["priorityClassRef"] = {"kind": "WorkloadPriorityClass", "name": "urgent"}
+    suspended = body(SUSPENDED, scheduling={"queue": "gpus", "priorityClassName": "urgent"})
+    started = kueue(suspended, [], wl=admitted, flavors={"a100": A100}, gang_api=True)
+    assert created(started) == ["PodGroup/j-gang-0-2", "Pod/j-worker-0", "Pod/j-worker-1"]
+    assert all("priorityClassName" not in obj["spec"] for obj in started.creates)
+
+
+def test_without_kueue_the_queue_is_only_a_label() -> None:
+    plan = decide(observe(body(scheduling=QUEUE)))
+    assert created(plan) == ["Pod/j-worker-0", "Pod/j-worker-1"]
+    assert plan.creates[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpus"

@@ -31,6 +31,10 @@ def test_every_child_watch_is_label_selected() -> None:
     ):
         resource = Resource(group="", version="v1", plural=plural, kind=kind, namespaced=True)
         assert settings.watching.label_selectors.collect(resource) == selector
+    workloads = Resource(
+        group="kueue.x-k8s.io", version="v1beta2", plural="workloads", kind="Workload"
+    )
+    assert settings.watching.label_selectors.collect(workloads) == selector
     assert settings.watching.label_selectors.collect(HVJOBS) == []
 
 

@@ -78,4 +78,13 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "create"]
+# Kueue (docs/kueue.md): a job with a queue is admitted as one Workload, watched
+# (label-selected) for its admission; its status is written as Kueue's job
+# framework writes it (admission cleared after an eviction, Finished at the end).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list", "watch", "create"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["get", "patch"]
 {{- end }}

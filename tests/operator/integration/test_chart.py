@@ -35,12 +35,20 @@ EXPECTED_RULES = {
     "jobs.batch": {"get", "list", "watch", "create", "delete"},
     "events": {"create", "list"},
     "podgroups.scheduling.k8s.io": {"get", "create"},
+    "workloads.kueue.x-k8s.io": {"get", "list", "watch", "create"},
+    "workloads.kueue.x-k8s.io/status": {"get", "patch"},
     "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
     "namespaces": {"get", "list", "watch"},
+    "resourceflavors.kueue.x-k8s.io": {"get", "list", "watch"},
+    "workloadpriorityclasses.kueue.x-k8s.io": {"get", "list", "watch"},
+    "priorityclasses.scheduling.k8s.io": {"get"},
 }
 CLUSTER_READER = {
     "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
     "namespaces": {"get", "list", "watch"},
+    "resourceflavors.kueue.x-k8s.io": {"get", "list", "watch"},
+    "workloadpriorityclasses.kueue.x-k8s.io": {"get", "list", "watch"},
+    "priorityclasses.scheduling.k8s.io": {"get"},
 }
 
 

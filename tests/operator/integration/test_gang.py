@@ -84,5 +84,7 @@ def test_the_operator_detects_whether_the_server_serves_pod_groups(cluster: Kube
         assert asyncio.run(kube.serves("scheduling.k8s.io/v1beta1", "nothings")) is False
         # A group version the server does not know answers 404: not served.
         assert asyncio.run(kube.serves("scheduling.k8s.io/v9", "podgroups")) is False
+        # A group nobody serves (Kueue's, before it is installed) answers a plain-text 404.
+        assert asyncio.run(kube.serves("kueue.x-k8s.io/v1beta2", "workloads")) is False
     finally:
         kube.close()

@@ -1,0 +1,289 @@
+"""Kueue admission: a HorovodJob with a queue is admitted as one Workload.
+
+When `spec.scheduling.queue` is set and the cluster serves
+kueue.x-k8s.io/v1beta2 Workload, the job gets one Workload (its pod sets: the
+workers and the launcher) and no pod exists until Kueue admits it. This is
+what Kueue's job framework does for the kinds it knows, done by the operator
+for its own kind (Kueue's Configuration names HorovodJob among its
+externalFrameworks): create the Workload, start the job on admission with the
+admitted flavors' node labels and tolerations, stop it when the Workload is
+evicted and then clear the admission so that it queues again, and mark the
+Workload Finished when the job ends, which releases its quota.
+
+Pure: the job, what it controls and the ResourceFlavors in; a :class:`Gate` out
+(whether the job waits and why, the Workload to create, the status to write
+to it, where its pods go).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from . import builders, names
+from .api import HorovodJob, HorovodJobStatus
+from .children import (
+    Children,
+    metadata_of,
+    name_of,
+    workload_condition,
+    workload_finished,
+    workload_true,
+)
+from .conditions import (
+    REASON_CHILD_CONFLICT,
+    REASON_EVICTED_BY_KUEUE,
+    REASON_PRIORITY_CLASS_NOT_FOUND,
+    REASON_QUEUED_BY_KUEUE,
+    REASON_WORKLOAD_FINISHED,
+    format_time,
+)
+from .plan import Obj, Observation, WorkloadStatusPatch
+
+# Workload condition types and reasons (sigs.k8s.io/kueue/apis/kueue/v1beta2).
+QUOTA_RESERVED: Final = "QuotaReserved"
+ADMITTED: Final = "Admitted"
+EVICTED: Final = "Evicted"
+FINISHED: Final = "Finished"
+REQUEUED: Final = "Requeued"
+# Evictions after which Kueue's job framework marks the Workload Requeued=True.
+_REQUEUED_EVICTIONS: Final = frozenset({"Preempted", "NodeFailures"})
+# How soon to look again for a priority class or flavor that was not there.
+RETRY_SECONDS: Final = 5.0
+
+
+def managed(job: HorovodJob, seen: Observation) -> bool:
+    """Whether Kueue admits this job (a queue, and a cluster that serves Workloads)."""
+    return bool(job.spec.scheduling.queue) and seen.kueue_api
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What the job's Workload means for the job now."""
+
+    # (reason, message): the job waits, Suspended, with no pods. None: admitted.
+    hold: tuple[str, str] | None = None
+    # Where each pod set's pods go (admitted and every flavor read); None: create no pod.
+    admissions: Mapping[str, builders.Admission] | None = None
+    create: dict[str, Any] | None = None
+    patch: WorkloadStatusPatch | None = None
+    requeue_after: float | None = None
+
+
+def gate(job: HorovodJob, seen: Observation, attempt: int) -> Gate:
+    children = seen.children
+    workload = children.workload
+    queue = job.spec.scheduling.queue
+    name = names.workload_name(job.metadata.name, attempt)
+    if workload is None or (workload_finished(workload) and name_of(workload) != name):
+        return _create(job, seen, attempt, name)
+    wl_name = name_of(workload)
+    if workload_finished(workload):
+        finished = workload_condition(workload, FINISHED) or {}
+        return Gate(
+            hold=(
+                REASON_WORKLOAD_FINISHED,
+                f"Kueue finished Workload {wl_name} ({finished.get('reason')}: "
+                f"{finished.get('message')}) although the job has not; it waits. Delete the "
+                f"Workload to queue the job again",
+            )
+        )
+    if workload_true(workload, EVICTED) and workload_true(workload, QUOTA_RESERVED):
+        evicted = workload_condition(workload, EVICTED) or {}
+        hold = (
+            REASON_EVICTED_BY_KUEUE,
+            f"Kueue evicted Workload {wl_name} ({evicted.get('reason')}: "
+            f"{evicted.get('message')}); the pods are deleted and the job queues again",
+        )
+        if children.all_pods() or children.launcher_job is not None:
+            return Gate(hold=hold)  # the quota stays reserved until the pods are gone
+        return Gate(hold=hold, patch=_requeue_patch(workload, evicted, seen.now))
+    if workload_true(workload, ADMITTED):
+        admissions = pod_set_admissions(workload, seen.flavors)
+        return Gate(admissions=admissions, requeue_after=None if admissions else RETRY_SECONDS)
+    return Gate(hold=(REASON_QUEUED_BY_KUEUE, _queued_message(workload, str(queue))))
+
+
+def _create(job: HorovodJob, seen: Observation, attempt: int, name: str) -> Gate:
+    queue = job.spec.scheduling.queue
+    wanted_class = job.spec.scheduling.priority_class_name
+    if wanted_class and seen.priority is None:
+        return Gate(
+            hold=(
+                REASON_PRIORITY_CLASS_NOT_FOUND,
+                f"spec.scheduling.priorityClassName {wanted_class!r} names neither a Kueue "
+                f"WorkloadPriorityClass nor a PriorityClass; the job's Workload is created "
+                f"once it exists",
+            ),
+            requeue_after=RETRY_SECONDS,
+        )
+    other = seen.children.foreign.get(name)
+    if other is not None:
+        return Gate(
+            hold=(
+                REASON_CHILD_CONFLICT,
+                f"Workload {name} already exists and is not this job's; the job waits for it to go",
+            )
+        )
+    return Gate(
+        hold=(
+            REASON_QUEUED_BY_KUEUE,
+            f"Workload {name} is created in queue {queue}; waiting for Kueue to admit it",
+        ),
+        create=builders.new_workload(job, attempt, seen.priority),
+    )
+
+
+def _queued_message(workload: Obj, queue: str) -> str:
+    name = name_of(workload)
+    reserved = workload_condition(workload, QUOTA_RESERVED)
+    if reserved is None:
+        detail = "not considered by Kueue yet"
+    elif reserved.get("status") == "True":
+        detail = "quota reserved; waiting for its admission checks"
+    else:
+        detail = str(reserved.get("message") or reserved.get("reason") or "pending")
+    return f"Workload {name} waits in queue {queue} for Kueue to admit it: {detail}"
+
+
+# --- where admitted pods go ---------------------------------------------------------------
+
+
+def pod_set_admissions(
+    workload: Obj, flavors: Mapping[str, Obj]
+) -> dict[str, builders.Admission] | None:
+    """Per pod set, the node labels and tolerations of the flavors Kueue assigned
+    (what Kueue's job framework injects into its jobs' pod templates); None while a
+    named flavor has not been read."""
+    assignments = ((workload.get("status") or {}).get("admission") or {}).get(
+        "podSetAssignments"
+    ) or ()
+    pod_priority_class = priority_kind(workload) != "WorkloadPriorityClass"
+    admissions: dict[str, builders.Admission] = {}
+    for pod_set in (names.ROLE_WORKER, names.ROLE_LAUNCHER):
+        admissions[pod_set] = builders.Admission(pod_priority_class=pod_priority_class)
+    for assignment in assignments:
+        node_selector: dict[str, str] = {}
+        tolerations: list[dict[str, Any]] = []
+        for flavor_name in sorted(set((assignment.get("flavors") or {}).values())):
+            flavor = flavors.get(flavor_name)
+            if flavor is None:
+                return None
+            spec = flavor.get("spec") or {}
+            node_selector.update(spec.get("nodeLabels") or {})
+            tolerations += [t for t in spec.get("tolerations") or () if t not in tolerations]
+        admissions[str(assignment.get("name"))] = builders.Admission(
+            node_selector=node_selector,
+            tolerations=tuple(tolerations),
+            pod_priority_class=pod_priority_class,
+        )
+    return admissions
+
+
+def admitted_flavors(workload: Obj | None) -> list[str]:
+    """The ResourceFlavors an admitted Workload names (for the executor to read)."""
+    if workload is None or not workload_true(workload, ADMITTED):
+        return []
+    assignments = ((workload.get("status") or {}).get("admission") or {}).get(
+        "podSetAssignments"
+    ) or ()
+    return sorted({f for a in assignments for f in (a.get("flavors") or {}).values()})
+
+
+def priority_kind(workload: Obj) -> str | None:
+    ref = (workload.get("spec") or {}).get("priorityClassRef") or {}
+    kind = ref.get("kind")
+    return str(kind) if kind else None
+
+
+# --- writing the Workload's status -------------------------------------------------------
+
+
+def set_workload_condition(
+    conditions: list[dict[str, Any]],
+    type_: str,
+    status: bool,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int,
+) -> list[dict[str, Any]]:
+    """metav1.Condition semantics: lastTransitionTime moves only with the status."""
+    value = "True" if status else "False"
+    previous = next((c for c in conditions if c.get("type") == type_), None)
+    since = format_time(now)
+    if previous is not None and previous.get("status") == value:
+        since = str(previous.get("lastTransitionTime") or since)
+    updated = {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": since,
+        "observedGeneration": generation,
+    }
+    if previous is None:
+        return [*conditions, updated]
+    return [updated if c.get("type") == type_ else c for c in conditions]
+
+
+def _conditions(workload: Obj) -> list[dict[str, Any]]:
+    return [dict(c) for c in (workload.get("status") or {}).get("conditions") or ()]
+
+
+def _generation(workload: Obj) -> int:
+    return int(metadata_of(workload).get("generation") or 0)
+
+
+def _requeue_patch(workload: Obj, evicted: Mapping[str, Any], now: datetime) -> WorkloadStatusPatch:
+    """What Kueue's job framework writes once an evicted job's pods are gone
+    (jobframework.ReconcileGenericJob, step "handle eviction"): Requeued (True after
+    a preemption or node failures), QuotaReserved False with reason Pending, no
+    admission, and Admitted False. Kueue then queues the Workload again."""
+    reason = str(evicted.get("reason") or "Evicted")
+    message = str(evicted.get("message") or "")
+    generation = _generation(workload)
+    conditions = _conditions(workload)
+    conditions = set_workload_condition(
+        conditions, REQUEUED, reason in _REQUEUED_EVICTIONS, reason, message, now, generation
+    )
+    conditions = set_workload_condition(
+        conditions, QUOTA_RESERVED, False, "Pending", message, now, generation
+    )
+    conditions = set_workload_condition(
+        conditions,
+        ADMITTED,
+        False,
+        "NoReservation",
+        "The workload has no reservation",
+        now,
+        generation,
+    )
+    return WorkloadStatusPatch(
+        name=name_of(workload),
+        resource_version=str(metadata_of(workload).get("resourceVersion") or ""),
+        conditions=conditions,
+        clear_admission=True,
+    )
+
+
+def finished_patch(
+    children: Children, status: HorovodJobStatus, now: datetime
+) -> WorkloadStatusPatch | None:
+    """The job ended: its Workload Finished (Succeeded or Failed), so Kueue releases
+    the quota, as it does for the jobs it runs itself."""
+    workload = children.workload
+    if workload is None or workload_finished(workload):
+        return None
+    reason = "Succeeded" if status.phase == "Succeeded" else "Failed"
+    message = status.message or f"the HorovodJob {status.phase}"
+    conditions = set_workload_condition(
+        _conditions(workload), FINISHED, True, reason, message, now, _generation(workload)
+    )
+    return WorkloadStatusPatch(
+        name=name_of(workload),
+        resource_version=str(metadata_of(workload).get("resourceVersion") or ""),
+        conditions=conditions,
+    )
