@@ -297,30 +297,20 @@ def _build_container(docker: str, image: str) -> Iterator[str]:
         subprocess.run([docker, "rm", "-f", "-v", cid], capture_output=True, check=False)
 
 
+def _in_container(docker: str, cid: str, script: str, quiet: bool = True) -> str:
+    """A bash script run inside the build container."""
+    return _run([docker, "exec", cid, "bash", "-c", script], quiet=quiet)
+
+
 def _preload(docker: str, cid: str, images: Sequence[str]) -> None:
     """Import the images into the node's containerd without unpacking, as kind does."""
-    _run(
-        [
-            docker,
-            "exec",
-            cid,
-            "bash",
-            "-c",
-            "nohup containerd >/var/log/containerd-build.log 2>&1 &",
-        ]
-    )
-    _run(
-        [
-            docker,
-            "exec",
-            cid,
-            "bash",
-            "-c",
-            "for i in $(seq 60); do [ -S /run/containerd/containerd.sock ] "
-            "&& ctr version >/dev/null && exit 0; sleep 0.5; done; "
-            "cat /var/log/containerd-build.log; exit 1",
-        ],
-        quiet=True,
+    _in_container(docker, cid, "nohup containerd >/var/log/containerd-build.log 2>&1 &")
+    _in_container(
+        docker,
+        cid,
+        "for i in $(seq 60); do [ -S /run/containerd/containerd.sock ] "
+        "&& ctr version >/dev/null && exit 0; sleep 0.5; done; "
+        "cat /var/log/containerd-build.log; exit 1",
     )
     for image in images:
         log(f"preloading {image}")
@@ -358,17 +348,11 @@ def _preload(docker: str, cid: str, images: Sequence[str]) -> None:
         raise NodeImageError(f"not in the node's containerd after import: {missing}\n{listed}")
     # containerd is the build container's own process (its pid namespace). Its parent
     # there is `sleep`, which reaps nothing: done when only a zombie is left.
-    _run(
-        [
-            docker,
-            "exec",
-            cid,
-            "bash",
-            "-c",
-            "kill $(pgrep -x containerd); for i in $(seq 40); do "
-            "ps -C containerd -o stat= | grep -qv '^Z' || exit 0; sleep 0.25; done; exit 1",
-        ],
-        quiet=True,
+    _in_container(
+        docker,
+        cid,
+        "kill $(pgrep -x containerd); for i in $(seq 40); do "
+        "ps -C containerd -o stat= | grep -qv '^Z' || exit 0; sleep 0.25; done; exit 1",
     )
 
 

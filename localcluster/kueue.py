@@ -41,6 +41,7 @@ from typing import Any, Final
 import yaml
 
 from . import gobuild
+from .pki import serving_cert
 from .poll import wait_for
 from .processes import free_port, log_tail, stop_process
 
@@ -126,39 +127,9 @@ def webhook_configurations(webhook_port: int, ca_bundle: bytes) -> list[dict[str
     return docs
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise KueueError(f"openssl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
-
-
 def make_serving_cert(out: Path, ca_cert: Path, ca_key: Path) -> None:
     """tls.crt/tls.key for 127.0.0.1, signed by the cluster's CA (the caBundle)."""
-    out.mkdir(parents=True, exist_ok=True)
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-CA",
-        str(ca_cert),
-        "-CAkey",
-        str(ca_key),
-        "-keyout",
-        "tls.key",
-        "-out",
-        "tls.crt",
-        "-days",
-        "365",
-        "-subj",
-        "/CN=kueue-webhook",
-        "-addext",
-        "subjectAltName=IP:127.0.0.1,DNS:localhost",
-        cwd=out,
-    )
+    serving_cert(out, "tls", "kueue-webhook", "IP:127.0.0.1,DNS:localhost", ca=(ca_cert, ca_key))
 
 
 def _unshare_works() -> bool:

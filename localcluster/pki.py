@@ -18,6 +18,32 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise PkiError(f"openssl {' '.join(args[:2])} failed: {proc.stderr.strip()}")
 
 
+def serving_cert(
+    directory: Path,
+    name: str,
+    common_name: str,
+    alt_names: str = "IP:127.0.0.1",
+    ca: tuple[Path, Path] | None = None,
+) -> tuple[Path, Path]:
+    """A year's EC serving certificate `<name>.crt`/`<name>.key` in `directory` for
+    `alt_names`: signed by `ca` (cert, key) when given, else self-signed. Kept when it
+    exists. For the local servers the API server calls: the node agent's kubelet log
+    endpoint (self-signed; the API server does not verify kubelets here) and
+    Kueue's webhooks (signed by the cluster CA, their caBundle)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    if cert.exists() and key.exists():
+        return cert, key
+    signer = ["-CA", str(ca[0]), "-CAkey", str(ca[1])] if ca is not None else []
+    _openssl(
+        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        *signer, "-days", "365", "-subj", f"/CN={common_name}",
+        "-addext", f"subjectAltName={alt_names}", "-keyout", key.name, "-out", cert.name,
+        cwd=directory,
+    )  # fmt: skip
+    return cert, key
+
+
 def make_pki(pki: Path) -> None:
     if shutil.which("openssl") is None:
         raise PkiError("`openssl` is not installed. Fix: apt-get install -y openssl")

@@ -12,52 +12,22 @@ from __future__ import annotations
 import contextlib
 import http.server
 import ssl
-import subprocess
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
+from ..pki import serving_cert
+
 # (namespace, pod, container) -> (log file, whether the container still runs)
 Finder = Callable[[str, str, str], tuple[Path, Callable[[], bool]] | None]
-
-
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    cert, key = directory / "kubelet.crt", directory / "kubelet.key"
-    if not cert.exists():
-        subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-days",
-                "365",
-                "-subj",
-                "/CN=nodeagent",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-                "-keyout",
-                str(key),
-                "-out",
-                str(cert),
-            ],
-            check=True,
-            capture_output=True,
-        )
-    return cert, key
 
 
 class LogServer:
     def __init__(self, find: Finder, pki_dir: Path):
         self.find = find
-        cert, key = _self_signed(pki_dir)
+        cert, key = serving_cert(pki_dir, "kubelet", "nodeagent")
         handler = self._handler()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
