@@ -101,7 +101,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
             "burst_operators": ["ours", "mpi-tuned", "mpi"],
             "idle_jobs": 10,
             "idle_window": 3.0,
-            "idle_operators": ["ours", "mpi"],
+            "idle_operators": ["ours", "mpi-tuned", "mpi"],
         }
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]  # "" runs no single job
     return {

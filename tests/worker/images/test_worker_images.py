@@ -277,6 +277,10 @@ def example_job(framework: str, image: str) -> HorovodJob:
     body = yaml.safe_load(EXAMPLES[framework].read_text())
     body["metadata"].update(namespace="default", uid=str(uuid.uuid4()))
     body["spec"]["image"] = image
+    if image.endswith("-cpu"):
+        # The CPU images run without GPUs: ask for none, as the kind rung's CPU variant
+        # does (a rank whose pod asked for GPUs and sees none refuses to train).
+        body["spec"]["worker"].pop("resources", None)
     return parse_job(body)
 
 
