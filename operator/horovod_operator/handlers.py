@@ -68,6 +68,25 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     settings.networking.request_timeout = 60
 
 
+async def _served(kube: Kube, group_version: str, plural: str, feature: str) -> bool:
+    """Whether the API server serves `plural` (discovery), logged; not when unsure."""
+    try:
+        served = await kube.serves(group_version, plural)
+    except KubeError as error:
+        logger.warning(
+            "%s: cannot tell whether %s %s are served (%s); assuming not",
+            feature,
+            group_version,
+            plural,
+            error,
+        )
+        return False
+    logger.info(
+        "%s (%s %s): %s", feature, group_version, plural, "served" if served else "not served"
+    )
+    return served
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = CONFIG
@@ -89,23 +108,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     # Native gang scheduling needs the Workload API (beta, off by default in 1.37):
     # detected, never assumed. A cluster that enables it later needs a restart.
-    try:
-        reconciler.executor.gang_api = await kube.serves("scheduling.k8s.io/v1beta1", "podgroups")
-    except KubeError as error:
-        logger.warning("cannot tell whether PodGroups are served (%s); assuming not", error)
-    logger.info(
-        "native gang scheduling (scheduling.k8s.io/v1beta1 PodGroup): %s",
-        "served" if reconciler.executor.gang_api else "not served",
+    reconciler.executor.gang_api = await _served(
+        kube, "scheduling.k8s.io/v1beta1", "podgroups", "native gang scheduling"
     )
     # Kueue admits jobs with a queue as one Workload when its API is served
     # (queueing.py); without it the queue is only a label on the pods.
-    try:
-        reconciler.executor.kueue_api = await kube.serves("kueue.x-k8s.io/v1beta2", "workloads")
-    except KubeError as error:
-        logger.warning("cannot tell whether Kueue Workloads are served (%s); assuming not", error)
-    logger.info(
-        "Kueue admission (kueue.x-k8s.io/v1beta2 Workload): %s",
-        "served" if reconciler.executor.kueue_api else "not served",
+    reconciler.executor.kueue_api = await _served(
+        kube, "kueue.x-k8s.io/v1beta2", "workloads", "Kueue admission"
     )
     memo.elector = None
     if config.leader_elect:

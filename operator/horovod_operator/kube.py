@@ -249,8 +249,12 @@ class Kube:
             "PUT", obj["kind"], path, body=obj, query={"fieldManager": FIELD_MANAGER}
         )
 
-    async def merge_patch(self, kind: str, namespace: str, name: str, patch: Obj) -> Obj:
+    async def merge_patch(
+        self, kind: str, namespace: str, name: str, patch: Obj, subresource: str = ""
+    ) -> Obj:
         path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
+        if subresource:
+            path += f"/{subresource}"
         return await self._request(
             "PATCH",
             kind,
@@ -288,18 +292,10 @@ class Kube:
     ) -> Obj:
         """Merge-patch another object's status subresource (a Kueue Workload's),
         conditional on resourceVersion: a status Kueue moved meanwhile is a 409."""
-        path = _PATHS[kind].format(namespace=namespace) + f"/{name}/status"
         patch: Obj = {"status": status}
         if resource_version:
             patch["metadata"] = {"resourceVersion": resource_version}
-        return await self._request(
-            "PATCH",
-            kind,
-            path,
-            body=patch,
-            query={"fieldManager": FIELD_MANAGER},
-            content_type="application/merge-patch+json",
-        )
+        return await self.merge_patch(kind, namespace, name, patch, subresource="status")
 
     # --- the HorovodJob ------------------------------------------------------------------
 
