@@ -65,3 +65,32 @@ def test_the_script_belongs_to_its_job(tmp_path: Path) -> None:
     owned = owned_by(configmap, created)
     assert owned["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert "ownerReferences" not in configmap["metadata"]
+
+
+def test_a_refused_script_configmap_takes_its_job_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from horovod_operator.sdk import JobError, cli
+
+    deleted: list[str] = []
+
+    class RefusingClient:
+        namespace = "ns"
+
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            pass
+
+        def create(self, manifest: dict[str, object]) -> dict[str, object]:
+            return {"metadata": {"name": "train", "uid": "u-1"}}
+
+        def create_configmap(self, configmap: object) -> None:
+            raise JobError("creating ConfigMap 'train-script': 403 exceeded quota")
+
+        def delete(self, name: str) -> None:
+            deleted.append(name)
+
+    monkeypatch.setattr(cli, "HorovodJobClient", RefusingClient)
+    script = tmp_path / "train.py"
+    script.write_text("")
+    assert cli.main(["submit", str(script)]) == 1
+    assert deleted == ["train"]

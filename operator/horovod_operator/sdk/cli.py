@@ -108,7 +108,12 @@ def _submit(jobs: HorovodJobClient, args: argparse.Namespace) -> int:
             image=args.image,
         )
         created = jobs.create(manifest)
-        jobs.create_configmap(owned_by(configmap, created))
+        try:
+            jobs.create_configmap(owned_by(configmap, created))
+        except JobError:
+            # No half-created job: without its script the workers would wait forever.
+            jobs.delete(created["metadata"]["name"])
+            raise
     name = created["metadata"]["name"]
     _say(f"horovodjob/{name} created in {jobs.namespace}")
     if not args.wait:
