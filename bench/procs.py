@@ -115,7 +115,7 @@ class OperatorSpec:
 
     key: str  # "ours", "mpi", "mpi-defaults"
     label: str
-    kind: str  # "horovod" or "mpi"
+    kind: str  # "horovod", "mpi" or "baseline" (bench.baseline)
     qps: float
     burst: int
     extra: list[str] = field(default_factory=list)
@@ -123,7 +123,9 @@ class OperatorSpec:
     @property
     def user_agents(self) -> tuple[str, ...]:
         # Ours: the reconciler's client and kopf's watches; theirs: client-go's default.
-        return ("horovod-operator", "kopf/") if self.kind == "horovod" else ("mpi-operator/",)
+        if self.kind == "mpi":
+            return ("mpi-operator/",)
+        return ("horovod-operator", "kopf/") if self.kind == "horovod" else ("horovod-operator",)
 
 
 class MpiOperatorProcess(operator.OperatorProcess):
@@ -161,10 +163,31 @@ class MpiOperatorProcess(operator.OperatorProcess):
         return "Started workers" in self.tail(10_000)
 
 
+class BaselineProcess(operator.OperatorProcess):
+    """bench.baseline: the minimal client that creates a job's objects at once."""
+
+    def __init__(self, spec: OperatorSpec, kubeconfig: Path, namespace: str, log_path: Path):
+        super().__init__(kubeconfig, [namespace], log_path)
+        self.spec = spec
+        self.label = spec.label
+
+    def argv(self) -> list[str]:
+        return [
+            self.python, "-m", "bench.baseline",
+            "--kubeconfig", str(self.kubeconfig), "--namespace", self.namespaces[0],
+            "--qps", str(self.spec.qps), "--burst", str(self.spec.burst),
+        ]  # fmt: skip
+
+    def ready(self) -> bool:
+        return "baseline client ready" in self.tail(10_000)
+
+
 def operator_process(
     spec: OperatorSpec, kubeconfig: Path, namespaces: list[str], log_path: Path
 ) -> operator.OperatorProcess:
-    """The process for one configuration under test: ours, or mpi-operator."""
+    """The process for one configuration under test: ours, mpi-operator, or the baseline."""
+    if spec.kind == "baseline":
+        return BaselineProcess(spec, kubeconfig, namespaces[0], log_path)
     if spec.kind == "horovod":
         extra = ["--qps", str(spec.qps), "--burst", str(spec.burst), *spec.extra]
         return operator.OperatorProcess(kubeconfig, namespaces, log_path, extra)

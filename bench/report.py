@@ -8,12 +8,16 @@ from typing import Any
 
 from .stats import ratio
 
-THEIRS = ("mpi-tuned", "mpi", "mpi-defaults")
+# What ours is compared with: the peer in three configurations, and the physical
+# limit (bench.baseline: the same objects from a minimal client; only "pods").
+THEIRS = ("mpi-tuned", "mpi", "mpi-defaults", "baseline", "baseline-unlimited")
 LABELS = {
     "ours": "horovod-operator",
     "mpi-tuned": "mpi-operator (same QPS, work queue unthrottled)",
     "mpi": "mpi-operator (same QPS)",
     "mpi-defaults": "mpi-operator (defaults)",
+    "baseline": "minimal client (same QPS)",
+    "baseline-unlimited": "minimal client (no rate limit)",
 }
 SINGLE_MEASURES = (
     ("pods", "create -> all pods (workers + launcher)"),

@@ -23,6 +23,7 @@ import platform
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -86,6 +87,13 @@ def operator_specs(
         "mpi-defaults": OperatorSpec(
             "mpi-defaults", "mpi-operator (defaults, QPS 5/10)", "mpi", 5, 10
         ),
+        # The physical limit: the same objects from a minimal client (bench.baseline).
+        "baseline": OperatorSpec(
+            "baseline", f"minimal client (QPS {qps:g}/{burst})", "baseline", qps, burst
+        ),
+        "baseline-unlimited": OperatorSpec(
+            "baseline-unlimited", "minimal client (no client rate limit)", "baseline", 0, 0
+        ),
     }
     return [specs[k] for k in which]
 
@@ -132,13 +140,13 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def jobs_path(spec: OperatorSpec, ns: str) -> str:
-    if spec.kind == "horovod":
+    if spec.kind in ("horovod", "baseline"):
         return f"/apis/{manifests.HVJOB_API}/namespaces/{ns}/{manifests.HVJOB_PLURAL}"
     return f"/apis/{manifests.MPIJOB_API}/namespaces/{ns}/{manifests.MPIJOB_PLURAL}"
 
 
 def job_manifest(spec: OperatorSpec, name: str, workers: int, clean: str = "Running") -> Obj:
-    if spec.kind == "horovod":
+    if spec.kind in ("horovod", "baseline"):
         return manifests.horovod_job(name, workers, clean)
     return manifests.mpi_job(name, workers, clean)
 
@@ -372,6 +380,15 @@ class Bench:
         client.create(jobs_path(spec, ns), job_manifest(spec, name, size))
         tracker.wait(lambda: tracker.all_pods(name, size), timeout, f"{size} pods of {ns}/{name}")
         t_workers, t_pods = tracker.pods_created_at(name)
+        if spec.kind == "baseline":
+            # Nothing reconciles: no status to wait for, and the pods go by our hand
+            # (the next repeat starts once they are gone, as for the operators).
+            selector = urllib.parse.quote(f"horovod.ai/job-name={name}")
+            client.request(
+                "DELETE",
+                f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}&gracePeriodSeconds=0",
+            )
+            return {"workers": t_workers - t0, "pods": t_pods - t0}
         tracker.wait(
             lambda: tracker.phase_at(name, "Running") is not None, timeout, f"{ns}/{name} Running"
         )

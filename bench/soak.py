@@ -144,12 +144,16 @@ class Soak:
             op.start_and_wait()
 
     def down(self) -> None:
-        for op in self.operators:
+        """Stop what up() started, also when it stopped half-way (a refused CRD)."""
+        for op in getattr(self, "operators", []):
             op.stop()
-        for client in (self.client, self.checker, self.finisher):
-            client.close()
-        if not self.args.keep:
-            self.cluster.down(quiet=True)
+        for name in ("client", "checker", "finisher"):
+            client = getattr(self, name, None)
+            if client is not None:
+                client.close()
+        cluster = getattr(self, "cluster", None)
+        if cluster is not None and not self.args.keep:
+            cluster.down(quiet=True)
 
     # --- load ------------------------------------------------------------------------------
 
@@ -516,8 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     args = parser.parse_args(argv)
     soak = Soak(args)
-    soak.up()
     try:
+        # Inside: a set-up that fails after the cluster started must stop it too (a
+        # soak run left its control plane on the test ports of the next).
+        soak.up()
         report = soak.run()
     finally:
         soak.down()

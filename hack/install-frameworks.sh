@@ -54,7 +54,7 @@ done
 
 # ---- pinned versions (the environment wins over hack/versions.env) -----------
 needed=(NUMPY_VERSION SCIKIT_LEARN_VERSION TENSORBOARD_VERSION)
-((WITH_TORCH)) && needed+=(TORCH_VERSION)
+((WITH_TORCH)) && needed+=(TORCH_VERSION TORCHVISION_VERSION)
 ((WITH_TF)) && needed+=(TENSORFLOW_VERSION TF_KERAS_VERSION)
 declare -A preset=()
 for var in "${needed[@]}"; do
@@ -104,15 +104,26 @@ pkgs=(
     # Horovod's runtime and build dependencies (built with --no-build-isolation).
     cloudpickle psutil pyyaml packaging cffi "setuptools>=69" wheel
 )
-((WITH_TORCH)) && pkgs+=("torch==$TORCH_VERSION")
+# torchvision (horovod_worker.benchmark's models) is pinned to the one release built
+# against this torch, so that pip never swaps torch for another version.
+((WITH_TORCH)) && pkgs+=("torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION")
 ((WITH_TF)) && pkgs+=("$TF_SPEC")
 log "installing into $("$PYTHON" -c 'import sys; print(sys.prefix)'): ${pkgs[*]}"
 PIP_LOG="$(mktemp)"
 # --only-binary: nothing here may compile (torch alone is several GB of wheels).
-if ! "$PYTHON" -m pip install --only-binary=:all: --progress-bar off "${pkgs[@]}" >"$PIP_LOG" 2>&1; then
+# A dropped connection in the middle of a wheel of hundreds of MB is the usual
+# failure (seen in CI on nvidia-cublas): pip's own --retries covers a refused
+# connection but not a broken read, so the whole install is retried; wheels that
+# finished are in pip's cache and are not fetched again.
+attempt=1
+until "$PYTHON" -m pip install --only-binary=:all: --progress-bar off --retries 10 --timeout 120 \
+    "${pkgs[@]}" >"$PIP_LOG" 2>&1; do
     tail -n 20 "$PIP_LOG" >&2
-    die "pip could not install the frameworks (log above)"
-fi
+    ((attempt < ${PIP_ATTEMPTS:-4})) || die "pip could not install the frameworks after $attempt attempts (log above)"
+    log "pip failed (attempt $attempt); retrying in $((attempt * 15)) s"
+    sleep $((attempt * 15))
+    attempt=$((attempt + 1))
+done
 grep '^Successfully installed' "$PIP_LOG" >&2 || log "already installed"
 rm -f "$PIP_LOG"
 if ((WITH_TF)); then

@@ -168,7 +168,7 @@ EOF
 TF_DIST="tensorflow-cpu"
 ((WITH_NCCL)) && TF_DIST="tensorflow"
 if ((CHECK_ONLY)); then
-    for dist in torch "$TF_DIST" tf-keras scikit-learn numpy horovod; do
+    for dist in torch torchvision "$TF_DIST" tf-keras scikit-learn numpy horovod; do
         printf '%-14s %s\n' "$dist" "$(pip_installed "$dist" || true)"
     done
     exit 0
@@ -278,7 +278,7 @@ EOF
             "nvidia-cuda-crt==$major.$minor.*" "nvidia-cuda-cccl==$major.$minor.*")
         log "nvcc from PyPI at the runtime's CUDA $major.$minor (into a scratch folder): ${specs[*]}"
         local pip_log="$WORK/pip-nvcc.log"
-        if ! "$PYTHON" -m pip install --no-deps --only-binary=:all: --progress-bar off \
+        if ! "$PYTHON" -m pip install --no-deps --only-binary=:all: --progress-bar off --retries 10 --timeout 120 \
             --target "$wheels" "${specs[@]}" >"$pip_log" 2>&1; then
             tail -n 20 "$pip_log" >&2
             die "pip could not install the CUDA $major.$minor compiler wheels"
@@ -327,7 +327,7 @@ EOF
             "nvidia-cuda-cccl-cu$major==$cmajor.$cminor.*")
         log "CUDA $COMPILER_VERSION headers from PyPI (into a scratch folder): ${specs[*]}"
         local pip_log="$WORK/pip-headers.log"
-        if ! "$PYTHON" -m pip install --no-deps --only-binary=:all: --progress-bar off \
+        if ! "$PYTHON" -m pip install --no-deps --only-binary=:all: --progress-bar off --retries 10 --timeout 120 \
             --target "$headers" "${specs[@]}" >"$pip_log" 2>&1; then
             tail -n 20 "$pip_log" >&2
             die "pip could not install the CUDA $COMPILER_VERSION header wheels"

@@ -191,6 +191,25 @@ TOOLS = (
         module="sigs.k8s.io/kueue",
         control_plane=False,
     ),
+    # scheduler-plugins' kube-scheduler with the coscheduling plugin, run as a second
+    # scheduler against the local control plane (localcluster/coscheduling.py).
+    # v0.35.4-devel: the newest tag on the proxy, k8s deps v1.35.4 (the last release,
+    # v0.34.7, is on v1.34.7), so the nearest to the v1.37 control plane.
+    Tool(
+        "scheduler-plugins",
+        {"kube-scheduler-plugins": "sigs.k8s.io/scheduler-plugins/cmd/scheduler"},
+        module="sigs.k8s.io/scheduler-plugins",
+        control_plane=False,
+    ),
+    # Volcano's scheduler (vc-scheduler), run against the local control plane for
+    # gang.policy Volcano (localcluster/gangs.py). v1.14.1: the newest release whose
+    # volcano.sh/apis (a nested module of the volcano repository) the proxy serves.
+    Tool(
+        "volcano",
+        {"vc-scheduler": "volcano.sh/volcano/cmd/scheduler"},
+        module="volcano.sh/volcano",
+        control_plane=False,
+    ),
     # The benchmark's peer, built from the module proxy as released.
     Tool(
         "mpi-operator",
@@ -228,6 +247,36 @@ def go_env() -> dict[str, str]:
 def module_dir(module: str, version: str) -> Path:
     """Where the module cache keeps a downloaded module's sources."""
     return Path(go_env()["GOMODCACHE"]) / f"{module}@{version}"
+
+
+def module_source(module: str, version: str) -> Path:
+    """A module's sources in the module cache, downloaded from the proxy when missing
+    (its CRDs and configuration, read before anything of it is built)."""
+    root = module_dir(module, version)
+    if root.is_dir():
+        return root
+    go = shutil.which("go")
+    if go is None:
+        raise BuildError(
+            f"{module}@{version} is not in the module cache and `go` is not on PATH. "
+            "Fix: install Go 1.26 or newer, or run hack/bootstrap.sh"
+        )
+    proc = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        env=go_env(),
+        cwd="/",
+        text=True,
+        capture_output=True,
+        check=False,
+        timeout=600,
+    )
+    if proc.returncode != 0 or not root.is_dir():
+        raise BuildError(
+            f"go mod download {module}@{version} failed (exit {proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}\nFix: check that the Go module "
+            "proxy (GOPROXY) is reachable"
+        )
+    return root
 
 
 @contextlib.contextmanager

@@ -52,6 +52,19 @@ ENV_WORKER_HOST: Final = "HVJOB_WORKER_HOST"  # the worker's name in the launche
 ENV_WORKER_COUNT: Final = "HVJOB_WORKER_COUNT"  # replicas
 ENV_SLOTS_PER_WORKER: Final = "HVJOB_SLOTS_PER_WORKER"
 
+# Elastic jobs (spec.elastic, launchMode gloo). The launcher runs Horovod's elastic
+# driver; instead of ssh, each worker pod runs an agent that the driver asks, over
+# HTTP on this port, to start and stop the pod's ranks (and whether the pod can
+# take ranks at all: the pod's readiness probe asks the same question).
+ELASTIC_AGENT_PORT: Final = 2224
+# The agent's path that answers 200 while the pod can take ranks, 503 once it stops.
+ELASTIC_READY_PATH: Final = "/ready"
+# The worker's prefix in an elastic job: the agent, running what follows `--`.
+ELASTIC_AGENT_COMMAND: Final = ("python", "-m", "horovod_worker.elastic_agent", "--")
+# The launcher's command: the elastic driver, with the agents to ask in --agents
+# (one <host>:<port> per line: every worker the job may have, up to maxReplicas).
+ELASTIC_LAUNCHER_COMMAND: Final = ("python", "-m", "horovod_worker.elastic_launcher")
+
 # The number of ranks the launcher starts (replicas x slotsPerWorker). Trainers
 # compare hvd.size() with it and fail loudly on a mismatch, because a Horovod
 # built with MPI but started without the Gloo controller silently runs every

@@ -23,6 +23,7 @@ release of the operator is ignored, never a reason to fail a job.
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any, Final, Literal
 
 from pydantic import (
@@ -35,6 +36,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+
+import horovod_contract as contract
 
 from .validation import (
     GPU_RESOURCE,
@@ -67,6 +70,8 @@ MAX_BACKOFF_LIMIT: Final = 1000
 # datetime arithmetic (year 9999) and of asyncio timers.
 MAX_SECONDS: Final = 366 * 24 * 3600
 DEFAULT_STARTUP_TIMEOUT: Final = 1200
+# ssh's own default: where an mpi-operator image's sshd listens.
+IMAGE_SSH_PORT: Final = 22
 
 
 class _Model(BaseModel):
@@ -133,6 +138,28 @@ class WorkerSpec(_Model):
         return value
 
 
+# horovodrun options the operator writes itself from the job: a second value
+# would contradict the rank count, the hostfile or the port.
+GENERATED_HOROVODRUN_OPTIONS: Final = (
+    "-np", "--num-proc", "-H", "--hosts", "-hostfile", "--hostfile",
+    "-p", "--ssh-port", "--gloo", "--mpi", "--host-discovery-script",
+)  # fmt: skip
+
+
+# Open MPI parameters horovodrun always writes on its mpirun line; Open MPI
+# refuses a parameter listed twice.
+HOROVODRUN_MCA_PARAMS: Final = ("pml", "btl", "plm_rsh_args", "btl_tcp_if_include")
+
+
+def mca_params(mpi_args: str) -> list[str]:
+    """The names of the -mca/--mca parameters in an --mpi-args value."""
+    try:
+        words = shlex.split(mpi_args)
+    except ValueError:
+        return []
+    return [words[i + 1] for i, word in enumerate(words[:-1]) if word in ("-mca", "--mca", "-gmca")]
+
+
 class LauncherSpec(_Model):
     """The launcher: a batch/v1 Job that runs horovodrun against the workers (mpi), or
     serves the ranks' rendezvous (gloo)."""
@@ -144,6 +171,36 @@ class LauncherSpec(_Model):
             "first container replaces the generated one (horovodrun, or the gloo rendezvous)."
         ),
     )
+    horovodrun_args: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Extra horovodrun options (launchMode mpi), placed after the generated "
+        "-np, --hostfile and -p and before spec.command, e.g. "
+        "['--network-interfaces', 'eth0', '--mpi-args=-x NCCL_DEBUG=INFO -x NCCL_IB_DISABLE=1']. "
+        "mpirun's own options go in one --mpi-args=... item.",
+    )
+
+    @field_validator("horovodrun_args")
+    @classmethod
+    def _not_generated(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            option = arg.split("=", 1)[0]
+            if option in GENERATED_HOROVODRUN_OPTIONS:
+                raise ValueError(
+                    f"{option!r} is written by the operator from the job (-np from "
+                    "worker.replicas x slotsPerWorker, the hostfile, the ssh port, the "
+                    "launch mode); remove it"
+                )
+            if option == "--mpi-args":
+                twice = [m for m in mca_params(arg.partition("=")[2]) if m in HOROVODRUN_MCA_PARAMS]
+                if twice:
+                    raise ValueError(
+                        f"--mpi-args sets MCA parameter {twice[0]!r}, which horovodrun already "
+                        "writes on its mpirun line (-mca pml ob1 -mca btl ^openib, the ssh "
+                        "arguments, the interfaces), and Open MPI refuses a parameter listed "
+                        "twice; remove it (--network-interfaces chooses the interfaces)"
+                    )
+        return value
 
     @field_validator("template")
     @classmethod
@@ -257,13 +314,18 @@ class RunPolicy(_Model):
 class GangScheduling(_Model):
     """All or nothing: the workers are placed together or not at all."""
 
-    policy: Literal["Auto", "Native", "None"] = Field(
+    policy: Literal["Auto", "Native", "Volcano", "Coscheduling", "None"] = Field(
         default="Auto",
         description="Auto: a native gang (a scheduling.k8s.io/v1beta1 PodGroup the "
         "kube-scheduler places all-or-nothing) when the cluster serves that API, else "
         "none. Native: require it; the job waits (Stalled/GangSchedulingUnavailable) on a "
-        "cluster without it. None: every pod is scheduled on its own. The launcher is "
-        "not in the group: it starts only once the workers run.",
+        "cluster without it. Volcano: a scheduling.volcano.sh/v1beta1 PodGroup (queue: "
+        "spec.scheduling.queue) and schedulerName volcano (docs/volcano.md). Coscheduling: "
+        "a scheduling.x-k8s.io/v1alpha1 PodGroup of scheduler-plugins and schedulerName "
+        "scheduler-plugins-scheduler (docs/coscheduling.md). Both wait like Native where "
+        "their CRD is not served; spec.scheduling.schedulerName overrides the scheduler. "
+        "None: every pod is scheduled on its own. The launcher is not in the group: it "
+        "starts only once the workers run.",
     )
     min_available: int | None = Field(
         default=None,
@@ -290,11 +352,70 @@ class Scheduling(_Model):
     )
     queue: str | None = Field(
         default=None,
-        description="Kueue LocalQueue. Where the cluster serves Kueue's Workload API the job "
-        "is admitted as one Workload (workers and launcher): Suspended/QueuedByKueue with no "
-        "pods until Kueue admits it, on the admitted flavors' nodes, suspended again when "
-        "evicted (docs/kueue.md). Elsewhere it is only the pods' label "
-        "kueue.x-k8s.io/queue-name.",
+        description="With gang.policy Volcano: the Volcano Queue of the job's PodGroup "
+        "(Kueue then does not admit the job). Otherwise a Kueue LocalQueue. Where the "
+        "cluster serves Kueue's Workload API the job is admitted as one Workload "
+        "(workers and launcher): Suspended/QueuedByKueue with no pods until Kueue admits "
+        "it, on the admitted flavors' nodes, suspended again when evicted "
+        "(docs/kueue.md). Elsewhere it is only the pods' label kueue.x-k8s.io/queue-name.",
+    )
+
+
+class SSHSpec(_Model):
+    """How the launcher's horovodrun reaches the workers (launchMode mpi)."""
+
+    auth_mount_path: str | None = Field(
+        default=None,
+        pattern=r"^/",
+        description="For images built for kubeflow/mpi-operator (its sshAuthMountPath): the "
+        "job's key pair is mounted here as mpi-operator mounts it (id_rsa, id_rsa.pub, "
+        "authorized_keys; mode 0600), the workers run their template's command or the "
+        "image's entrypoint (their sshd), and the launcher runs plain horovodrun. Unset: the "
+        "operator's worker image contract (horovod_worker.sshd on port 2222, docs/images.md).",
+    )
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="Port of the image's sshd, with authMountPath (default 22, ssh's own).",
+    )
+
+    def image_managed(self) -> bool:
+        """The image brings its own sshd and ssh setup (mpi-operator's contract)."""
+        return self.auth_mount_path is not None
+
+
+class ElasticPolicy(_Model):
+    """Elastic training: the job trains with the workers that are Ready, between
+    minReplicas and maxReplicas, and goes on when one is lost or another arrives
+    (Horovod elastic, launchMode gloo; docs/elastic.md)."""
+
+    min_replicas: int = Field(
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Fewest workers the job trains with. Below it for timeoutSeconds, the "
+        "attempt fails (and restarts within runPolicy.backoffLimit).",
+    )
+    max_replicas: int = Field(
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Most workers: the operator keeps this many worker pods; those the "
+        "scheduler cannot place yet wait, and join the training when they are Ready. "
+        "worker.replicas is the count the training starts with (at least minReplicas).",
+    )
+    timeout_seconds: int = Field(
+        default=600,
+        ge=1,
+        le=MAX_SECONDS,
+        description="Seconds the job may have fewer than minReplicas workers Ready, at "
+        "the start or later, before the attempt fails (Horovod's elastic timeout).",
+    )
+    reset_limit: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_BACKOFF_LIMIT,
+        description="Most resets (each change of the set of workers is one) before the "
+        "attempt fails; null: no limit.",
     )
 
 
@@ -331,6 +452,15 @@ class HorovodJobSpec(_Model):
     launcher: LauncherSpec = Field(default_factory=LauncherSpec, description="The launcher.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Run policy.")
     scheduling: Scheduling = Field(default_factory=Scheduling, description="Scheduling hints.")
+    ssh: SSHSpec = Field(
+        default_factory=SSHSpec, description="ssh between launcher and workers (mpi mode)."
+    )
+    elastic: ElasticPolicy | None = Field(
+        default=None,
+        description="Elastic training (launchMode gloo): the job shrinks when a worker is "
+        "lost and grows when capacity frees, between minReplicas and maxReplicas, instead "
+        "of restarting (docs/elastic.md).",
+    )
 
     @field_validator("image")
     @classmethod
@@ -347,11 +477,29 @@ class HorovodJobSpec(_Model):
 
     @model_validator(mode="after")
     def _semantics(self) -> HorovodJobSpec:
+        self._elastic_semantics()
         wanted = self.scheduling.gang.min_available
-        if wanted is not None and wanted > self.worker.replicas:
+        if wanted is not None and wanted > self.worker_count():
+            counted = "elastic.maxReplicas" if self.elastic else "worker.replicas"
             raise ValueError(
-                f"scheduling.gang.minAvailable: {wanted} is more than worker.replicas "
-                f"({self.worker.replicas}); at most every worker can be placed"
+                f"scheduling.gang.minAvailable: {wanted} is more than {counted} "
+                f"({self.worker_count()}); at most every worker can be placed"
+            )
+        if self.launch_mode == "gloo":
+            for used, name in (
+                (self.launcher.horovodrun_args, "launcher.horovodrunArgs"),
+                (self.ssh.auth_mount_path, "ssh.authMountPath"),
+            ):
+                if used:
+                    raise ValueError(
+                        f"{name}: launchMode gloo runs no horovodrun and no ssh; remove it, "
+                        "or use launchMode mpi"
+                    )
+        if self.ssh.port is not None and not self.ssh.image_managed():
+            raise ValueError(
+                "ssh.port: only an image's own sshd (ssh.authMountPath) listens elsewhere; the "
+                f"operator's worker sshd listens on {contract.SSH_PORT}; remove ssh.port or set "
+                "ssh.authMountPath"
             )
         gpus = self.worker.resources.gpus() if self.worker.resources else None
         if gpus is not None and self.slots_per_worker > gpus:
@@ -361,13 +509,47 @@ class HorovodJobSpec(_Model):
             )
         return self
 
+    def _elastic_semantics(self) -> None:
+        elastic = self.elastic
+        if elastic is None:
+            return
+        if self.launch_mode != "gloo":
+            raise ValueError(
+                "elastic: needs launchMode gloo (Horovod's elastic training runs on Gloo, "
+                "and the workers' agents start the ranks instead of ssh); set launchMode: gloo"
+            )
+        replicas = self.worker.replicas
+        if not elastic.min_replicas <= replicas <= elastic.max_replicas:
+            raise ValueError(
+                f"worker.replicas: {replicas} is outside elastic.minReplicas.."
+                f"elastic.maxReplicas ({elastic.min_replicas}..{elastic.max_replicas}); it is "
+                "the count the training starts with"
+            )
+        if self.scheduling.queue and self.scheduling.gang.policy != "Volcano":
+            raise ValueError(
+                "scheduling.queue: Kueue admits a fixed number of pods, so an elastic job "
+                "cannot be queued in Kueue yet; remove the queue (or use gang.policy Volcano, "
+                "whose PodGroup takes minReplicas)"
+            )
+
+    def worker_count(self) -> int:
+        """The worker pods the job keeps: maxReplicas when elastic, else replicas."""
+        return self.elastic.max_replicas if self.elastic else self.worker.replicas
+
+    def ssh_port(self) -> int:
+        """The port the workers' sshd listens on."""
+        if self.ssh.image_managed():
+            return self.ssh.port or IMAGE_SSH_PORT
+        return contract.SSH_PORT
+
     def total_slots(self) -> int:
         """The rank count: replicas x slotsPerWorker."""
         return self.worker.replicas * self.slots_per_worker
 
     def gang_size(self) -> int:
-        """The workers the gang needs placeable at once."""
-        return self.scheduling.gang.min_available or self.worker.replicas
+        """The workers the gang needs placeable at once (an elastic job's minimum)."""
+        fewest = self.elastic.min_replicas if self.elastic else self.worker.replicas
+        return self.scheduling.gang.min_available or fewest
 
 
 class ObjectMeta(BaseModel):
@@ -435,6 +617,46 @@ class Failure(_StatusModel):
     )
 
 
+class LostWorker(_StatusModel):
+    """A worker pod an elastic job lost and replaced."""
+
+    pod: str = Field(description="Pod name.")
+    uid: str = Field(default="", description="Pod UID (the replacement has the same name).")
+    reason: str | None = Field(default=None, description="Error, OOMKilled, PodDeleted, ...")
+    exit_code: int | None = Field(default=None, description="Exit code, if it exited.")
+    message: str | None = Field(default=None, description="The termination message.")
+    time: str = Field(description="When the operator saw it lost (RFC 3339).")
+    counted: bool = Field(
+        default=False, description="Whether it counts against runPolicy.backoffLimit."
+    )
+
+
+class ElasticStatus(_StatusModel):
+    """An elastic job's size (docs/elastic.md); its changes are Events."""
+
+    workers: int = Field(
+        default=0,
+        description="Workers Ready now: the hosts Horovod's driver sees, which the ranks "
+        "train on from their next commit.",
+    )
+    resizes: int = Field(default=0, description="Changes of that count while Running.")
+    last_resize_time: str | None = Field(default=None, description="When it last changed.")
+    worker_failures: int = Field(
+        default=0,
+        description="Worker pods that failed and were replaced; each counts against "
+        "runPolicy.backoffLimit (deletions, evictions and other disruptions do not).",
+    )
+    lost_workers: list[LostWorker] = Field(
+        default_factory=list, description="The last worker pods lost (at most 20)."
+    )
+    attempt: int = Field(default=0, description="The attempt workerUids are of.")
+    worker_uids: dict[str, str] = Field(
+        default_factory=dict,
+        description="The worker pods of this attempt last seen (name: the start of its UID), "
+        "so that one gone without a trace is still named as lost.",
+    )
+
+
 class HorovodJobStatus(_StatusModel):
     """What the operator observed; derived by phases.compute_status and decide.decide."""
 
@@ -467,6 +689,14 @@ class HorovodJobStatus(_StatusModel):
         default=None,
         description="When the current attempt started; startupTimeoutSeconds counts from here.",
     )
+    elastic: ElasticStatus | None = Field(
+        default=None, description="An elastic job's size and lost workers."
+    )
+    first_step_time: str | None = Field(
+        default=None,
+        description="When rank 0 started its first training step (its HVJOB_RANK line, read "
+        "from the log; docs/metrics.md).",
+    )
     completion_time: str | None = Field(default=None, description="When the job finished.")
     observed_generation: int | None = Field(
         default=None, description="metadata.generation last acted on."
@@ -486,7 +716,7 @@ class HorovodJob(BaseModel):
 
     @model_validator(mode="after")
     def _names_fit(self) -> HorovodJob:
-        check_job_name(self.metadata.name, self.spec.worker.replicas)
+        check_job_name(self.metadata.name, self.spec.worker_count())
         return self
 
 

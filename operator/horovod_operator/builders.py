@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import horovod_contract as contract
 
-from . import names
+from . import names, podgroups
 from .api import API_VERSION, KIND, MAX_SECONDS, HorovodJob, HorovodJobSpec
 from .plan import Priority
 from .sshkeys import KeyPair
@@ -92,7 +92,7 @@ def hostfile(job: HorovodJob) -> str:
     spec, meta = job.spec, job.metadata
     return "".join(
         f"{names.worker_host(meta.name, meta.namespace, i)} slots={spec.slots_per_worker}\n"
-        for i in range(spec.worker.replicas)
+        for i in range(spec.worker_count())
     )
 
 
@@ -101,22 +101,39 @@ def discover_hosts_script(job: HorovodJob) -> str:
     spec, meta = job.spec, job.metadata
     lines = [
         f"echo {names.worker_host(meta.name, meta.namespace, i)}:{spec.slots_per_worker}"
-        for i in range(spec.worker.replicas)
+        for i in range(spec.worker_count())
     ]
     return "#!/bin/sh\n" + "\n".join(lines) + "\n"
 
 
+def elastic_agents(job: HorovodJob) -> str:
+    """Every worker an elastic job may have, as its launcher asks them: one
+    `<host>:<agent port>` per line, up to maxReplicas. Written once: which of them
+    can take ranks, the launcher asks them directly (elastic_launcher.py)."""
+    meta = job.metadata
+    return "".join(
+        f"{names.worker_host(meta.name, meta.namespace, i)}:{contract.ELASTIC_AGENT_PORT}\n"
+        for i in range(job.spec.worker_count())
+    )
+
+
 def new_config_map(job: HorovodJob) -> Obj:
-    """ConfigMap `<job>-config`: the hostfile and discover_hosts.sh."""
+    """ConfigMap `<job>-config`: the hostfile and discover_hosts.sh; an elastic
+    job's agents instead."""
     name = job.metadata.name
+    data = (
+        {names.AGENTS: elastic_agents(job)}
+        if job.spec.elastic
+        else {
+            names.HOSTFILE: hostfile(job),
+            names.DISCOVER_HOSTS: discover_hosts_script(job),
+        }
+    )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(job, names.config_name(name), names.base_labels(name)),
-        "data": {
-            names.HOSTFILE: hostfile(job),
-            names.DISCOVER_HOSTS: discover_hosts_script(job),
-        },
+        "data": data,
     }
 
 
@@ -129,14 +146,25 @@ def new_worker_service(job: HorovodJob) -> Obj:
     """
     name = job.metadata.name
     selector = {names.LABEL_JOB_NAME: name, names.LABEL_ROLE: names.ROLE_WORKER}
-    port = {"name": "ssh", "port": contract.SSH_PORT, "targetPort": contract.SSH_PORT}
+    port = {"name": "ssh", "port": job.spec.ssh_port(), "targetPort": job.spec.ssh_port()}
+    ports = [port]
     if job.spec.launch_mode == "gloo":
         selector = {names.LABEL_JOB_NAME: name}
-        port = {
-            "name": "rendezvous",
-            "port": contract.GLOO_RENDEZVOUS_PORT,
-            "targetPort": contract.GLOO_RENDEZVOUS_PORT,
-        }
+        ports = [
+            {
+                "name": "rendezvous",
+                "port": contract.GLOO_RENDEZVOUS_PORT,
+                "targetPort": contract.GLOO_RENDEZVOUS_PORT,
+            }
+        ]
+        if job.spec.elastic:
+            ports.append(
+                {
+                    "name": "agent",
+                    "port": contract.ELASTIC_AGENT_PORT,
+                    "targetPort": contract.ELASTIC_AGENT_PORT,
+                }
+            )
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -145,7 +173,7 @@ def new_worker_service(job: HorovodJob) -> Obj:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": selector,
-            "ports": [{**port, "protocol": "TCP"}],
+            "ports": [{**p, "protocol": "TCP"} for p in ports],
         },
     }
 
@@ -158,17 +186,22 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
     the workers' host key, which horovodrun's own `-o StrictHostKeyChecking=no`
     cannot override (ssh keeps the first value it is given).
     """
-    return [
-        *contract.LAUNCHER_SSH_CLIENT_COMMAND,
+    horovodrun = [
         "horovodrun",
         "-np",
         str(spec.total_slots()),
         "--hostfile",
         f"{names.CONFIG_MOUNT_PATH}/{names.HOSTFILE}",
         "-p",
-        str(contract.SSH_PORT),
+        str(spec.ssh_port()),
+        *spec.launcher.horovodrun_args,
         *spec.command,
     ]
+    if spec.ssh.image_managed():
+        # An mpi-operator image: its ssh finds the keys in ~/.ssh and its
+        # ssh_config decides about host keys, as under mpi-operator.
+        return horovodrun
+    return [*contract.LAUNCHER_SSH_CLIENT_COMMAND, *horovodrun]
 
 
 def gloo_launcher_command() -> list[str]:
@@ -183,8 +216,35 @@ def gloo_launcher_command() -> list[str]:
 
 
 def gloo_worker_command(spec: HorovodJobSpec) -> list[str]:
-    """A gloo worker: starts slotsPerWorker ranks of the user's command itself."""
+    """A gloo worker: starts slotsPerWorker ranks of the user's command itself; an
+    elastic one, those the launcher's driver asks for."""
+    if spec.elastic:
+        return [*contract.ELASTIC_AGENT_COMMAND, *spec.command]
     return [*contract.GLOO_WORKER_COMMAND, *spec.command]
+
+
+def elastic_launcher_command(spec: HorovodJobSpec) -> list[str]:
+    """An elastic job's launcher: Horovod's elastic driver over the workers' agents."""
+    assert spec.elastic is not None
+    slots = spec.slots_per_worker
+    command = [
+        *contract.ELASTIC_LAUNCHER_COMMAND,
+        "--agents",
+        f"{names.CONFIG_MOUNT_PATH}/{names.AGENTS}",
+        "--np",
+        str(spec.total_slots()),
+        "--min-np",
+        str(spec.elastic.min_replicas * slots),
+        "--max-np",
+        str(spec.elastic.max_replicas * slots),
+        "--timeout",
+        str(spec.elastic.timeout_seconds),
+        "--port",
+        str(contract.GLOO_RENDEZVOUS_PORT),
+    ]
+    if spec.elastic.reset_limit is not None:
+        command += ["--reset-limit", str(spec.elastic.reset_limit)]
+    return command
 
 
 def _env(job: HorovodJob, role: str, index: int | None = None) -> list[Obj]:
@@ -192,8 +252,9 @@ def _env(job: HorovodJob, role: str, index: int | None = None) -> list[Obj]:
         {"name": names.ENV_JOB_NAME, "value": job.metadata.name},
         {"name": names.ENV_JOB_NAMESPACE, "value": job.metadata.namespace},
         {"name": names.ENV_ROLE, "value": role},
-        {"name": contract.ENV_EXPECTED_SIZE, "value": str(job.spec.total_slots())},
     ]
+    if not job.spec.elastic:  # an elastic job's size changes
+        env.append({"name": contract.ENV_EXPECTED_SIZE, "value": str(job.spec.total_slots())})
     gpus = job.spec.worker.resources.gpus() if job.spec.worker.resources else None
     if gpus:
         # On the launcher too: horovodrun exports its environment to every rank.
@@ -224,30 +285,28 @@ def _gloo_worker_env(job: HorovodJob, index: int) -> list[Obj]:
             "name": contract.ENV_WORKER_HOST,
             "value": names.worker_host(meta.name, meta.namespace, index),
         },
-        {"name": contract.ENV_WORKER_COUNT, "value": str(spec.worker.replicas)},
+        {"name": contract.ENV_WORKER_COUNT, "value": str(spec.worker_count())},
         {"name": contract.ENV_SLOTS_PER_WORKER, "value": str(spec.slots_per_worker)},
     ]
 
 
 def _volumes(job: HorovodJob, role: str) -> list[Obj]:
     name = job.metadata.name
+    items: list[Obj] = [
+        {"key": names.HOSTFILE, "path": names.HOSTFILE},
+        {"key": names.DISCOVER_HOSTS, "path": names.DISCOVER_HOSTS, "mode": 0o755},
+    ]
+    if job.spec.elastic:
+        items = [{"key": names.AGENTS, "path": names.AGENTS}]
     config: Obj = {
         "name": names.CONFIG_VOLUME,
-        "configMap": {
-            "name": names.config_name(name),
-            "items": [
-                {"key": names.HOSTFILE, "path": names.HOSTFILE},
-                {
-                    "key": names.DISCOVER_HOSTS,
-                    "path": names.DISCOVER_HOSTS,
-                    "mode": 0o755,
-                },
-            ],
-        },
+        "configMap": {"name": names.config_name(name), "items": items},
     }
     if job.spec.launch_mode == "gloo":
         # No ssh at all; only the launcher reads the hostfile (its rendezvous plan).
         return [config] if role == names.ROLE_LAUNCHER else []
+    if job.spec.ssh.image_managed():
+        return [{"name": names.SSH_VOLUME, "secret": _mpi_operator_ssh_secret(name)}, config]
     return [
         {
             "name": names.SSH_VOLUME,
@@ -260,14 +319,27 @@ def _volumes(job: HorovodJob, role: str) -> list[Obj]:
     ]
 
 
+def _mpi_operator_ssh_secret(name: str) -> Obj:
+    """The job's Secret as kubeflow/mpi-operator mounts its own at sshAuthMountPath,
+    file names and mode included, so that images written for it find what they
+    expect (their ssh reads ~/.ssh/id_rsa; their sshd, authorized_keys)."""
+    return {
+        "secretName": names.secret_name(name),
+        "defaultMode": 0o600,
+        "items": [
+            {"key": contract.SSH_PRIVATE_KEY, "path": "id_rsa"},
+            {"key": contract.SSH_PUBLIC_KEY, "path": "id_rsa.pub"},
+            {"key": contract.SSH_AUTHORIZED_KEYS, "path": "authorized_keys"},
+        ],
+    }
+
+
 def _volume_mounts(job: HorovodJob, role: str) -> list[Obj]:
     config = {"name": names.CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT_PATH, "readOnly": True}
     if job.spec.launch_mode == "gloo":
         return [config] if role == names.ROLE_LAUNCHER else []
-    return [
-        {"name": names.SSH_VOLUME, "mountPath": contract.SSH_MOUNT_PATH, "readOnly": True},
-        config,
-    ]
+    ssh_path = job.spec.ssh.auth_mount_path or contract.SSH_MOUNT_PATH
+    return [{"name": names.SSH_VOLUME, "mountPath": ssh_path, "readOnly": True}, config]
 
 
 # What PodSecurity `restricted` demands of every container; gloo pods get it
@@ -332,7 +404,12 @@ def _pod_template(
     pod_spec: Obj = template.get("spec") or {}
 
     all_labels = {**(user_meta.get("labels") or {}), **labels}
-    if job.spec.scheduling.queue and admission is None:
+    # With Volcano the queue is Volcano's (its PodGroup's spec.queue), not Kueue's.
+    if (
+        job.spec.scheduling.queue
+        and admission is None
+        and podgroups.of(job) is not podgroups.VOLCANO
+    ):
         all_labels[names.LABEL_KUEUE_QUEUE] = job.spec.scheduling.queue
     metadata: Obj = {"labels": all_labels}
     if user_meta.get("annotations"):
@@ -390,12 +467,15 @@ def new_pod_group(job: HorovodJob, attempt: int, admission: Admission | None = N
     ):
         spec["priorityClassName"] = job.spec.scheduling.priority_class_name
     labels = {**names.role_labels(name, names.ROLE_WORKER), names.LABEL_ATTEMPT: str(attempt)}
+    metadata = _metadata(job, names.pod_group_name(name, attempt, job.spec.gang_size()), labels)
+    if podgroups.of(job) is not None:
+        # Volcano's or coscheduling's group (podgroups.py), sized by what a worker requests.
+        worker = new_worker_pod(job, 0, attempt, admission=admission)
+        return podgroups.new_pod_group(job, metadata, worker)
     return {
         "apiVersion": POD_GROUP_API_VERSION,
         "kind": "PodGroup",
-        "metadata": _metadata(
-            job, names.pod_group_name(name, attempt, job.spec.gang_size()), labels
-        ),
+        "metadata": metadata,
         "spec": spec,
     }
 
@@ -423,7 +503,7 @@ def new_worker_pod(
     )
     pod_spec["hostname"] = names.worker_name(name, index)
     pod_spec["subdomain"] = names.service_name(name)
-    if gang:
+    if gang and podgroups.of(job) is None:
         group = names.pod_group_name(name, attempt, job.spec.gang_size())
         pod_spec["schedulingGroup"] = {"podGroupName": group}
 
@@ -434,25 +514,43 @@ def new_worker_pod(
             if values:
                 merged[kind] = {**(merged.get(kind) or {}), **values}
         container["resources"] = merged
-    if job.spec.launch_mode == "gloo":
+    if job.spec.elastic:
+        # Ready while its agent can take ranks: the same question the launcher's
+        # host discovery asks it, so Ready pods are the hosts Horovod trains on.
+        container.setdefault("command", gloo_worker_command(job.spec))
+        _add_port(container, "agent", contract.ELASTIC_AGENT_PORT)
+        container.setdefault(
+            "readinessProbe",
+            {
+                "httpGet": {
+                    "path": contract.ELASTIC_READY_PATH,
+                    "port": contract.ELASTIC_AGENT_PORT,
+                },
+                "periodSeconds": READINESS_PERIOD_SECONDS,
+                # A busy pod (its ranks training, a newcomer importing its
+                # framework) may answer late; late is not gone.
+                "timeoutSeconds": 5,
+            },
+        )
+    elif job.spec.launch_mode == "gloo":
         # No sshd and no probe: Ready once running, when it waits for the launcher.
         container.setdefault("command", gloo_worker_command(job.spec))
     else:
-        container.setdefault("command", list(contract.WORKER_SSHD_COMMAND))
-        ports = [
-            p for p in container.get("ports") or [] if p.get("containerPort") != contract.SSH_PORT
-        ]
-        container["ports"] = [
-            *ports,
-            {"name": "ssh", "containerPort": contract.SSH_PORT, "protocol": "TCP"},
-        ]
+        if not job.spec.ssh.image_managed():
+            # An mpi-operator image runs its own sshd: the template's command, or
+            # the image's entrypoint when the template has none.
+            container.setdefault("command", list(contract.WORKER_SSHD_COMMAND))
+        port = job.spec.ssh_port()
+        _add_port(container, "ssh", port)
         container.setdefault(
             "readinessProbe",
-            {"tcpSocket": {"port": contract.SSH_PORT}, "periodSeconds": READINESS_PERIOD_SECONDS},
+            {"tcpSocket": {"port": port}, "periodSeconds": READINESS_PERIOD_SECONDS},
         )
     metadata = _metadata(job, names.worker_name(name, index), template_meta["labels"])
     if "annotations" in template_meta:
         metadata["annotations"] = template_meta["annotations"]
+    if gang:
+        podgroups.join(job, attempt, metadata, pod_spec)  # Volcano's or coscheduling's group
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
 
 
@@ -476,20 +574,11 @@ def new_launcher_job(job: HorovodJob, attempt: int, admission: Admission | None 
         # Reachable as `<job>-launcher.<job>-worker.<ns>.svc`: the rendezvous.
         pod_spec["hostname"] = names.launcher_name(name)
         pod_spec["subdomain"] = names.service_name(name)
-        container.setdefault("command", gloo_launcher_command())
-        ports = [
-            p
-            for p in container.get("ports") or []
-            if p.get("containerPort") != contract.GLOO_RENDEZVOUS_PORT
-        ]
-        container["ports"] = [
-            *ports,
-            {
-                "name": "rendezvous",
-                "containerPort": contract.GLOO_RENDEZVOUS_PORT,
-                "protocol": "TCP",
-            },
-        ]
+        container.setdefault(
+            "command",
+            elastic_launcher_command(job.spec) if job.spec.elastic else gloo_launcher_command(),
+        )
+        _add_port(container, "rendezvous", contract.GLOO_RENDEZVOUS_PORT)
     else:
         container.setdefault("command", launcher_command(job.spec))
     return {
@@ -501,6 +590,13 @@ def new_launcher_job(job: HorovodJob, attempt: int, admission: Admission | None 
             "template": {"metadata": template_meta, "spec": pod_spec},
         },
     }
+
+
+def _add_port(container: Obj, name: str, port: int) -> None:
+    """Declare a container port the operator's processes listen on (replacing the
+    template's entry for the same port)."""
+    ports = [p for p in container.get("ports") or [] if p.get("containerPort") != port]
+    container["ports"] = [*ports, {"name": name, "containerPort": port, "protocol": "TCP"}]
 
 
 def _requests_from_limits(pod_spec: Obj) -> Obj:

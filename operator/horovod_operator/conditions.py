@@ -45,6 +45,9 @@ REASON_RESTARTED: Final = "Restarted"
 # Reasons of SpecRejected.
 REASON_SPEC_ACCEPTED: Final = "SpecAccepted"
 REASON_REPLICAS_IMMUTABLE: Final = "ReplicasImmutable"
+# Elastic jobs (elastic.py): a worker lost and replaced, the count of Ready workers.
+REASON_WORKER_LOST: Final = "WorkerLost"
+REASON_RESIZED: Final = "Resized"
 # Reasons of Stalled. A pod's own reason (Unschedulable, ErrImagePull,
 # ImagePullBackOff, CreateContainerConfigError, FailedMount, CrashLoopBackOff,
 # ...) is used as it is.

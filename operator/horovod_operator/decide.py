@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from . import builders, names, queueing, stalled
+from . import builders, elastic, names, queueing, stalled
 from .api import (
     STARTED_PHASES,
     TERMINAL_PHASES,
@@ -52,11 +52,11 @@ from .conditions import (
 )
 from .phases import (
     active_replicas,
-    all_workers_ready,
     compute_status,
     due_time,
     fail,
     invalid_spec_status,
+    workers_ready_to_start,
 )
 from .plan import Delete, Event, Observation, Plan, Refusal
 from .validation import template_policy_violations
@@ -73,6 +73,8 @@ _REFUSED_FIELD: Final = {
     ("Job", "launcher"): ("spec.launcher.template", "launcher Job"),
     ("ConfigMap", None): ("spec.worker.replicas", "ConfigMap with the hostfile"),
     ("Workload", None): ("spec.scheduling.queue", "Kueue Workload"),
+    # Volcano's webhook refuses a PodGroup whose queue is missing or closed.
+    ("PodGroup", "worker"): ("spec.scheduling", "gang's PodGroup"),
 }
 
 
@@ -114,12 +116,20 @@ def decide(seen: Observation) -> Plan:
         queue = queueing.gate(job, seen, job.status.restarts if job.status else 0)
     hold = queue.hold if queue is not None else None
     status = compute_status(job, seen.children, seen.now, rejected_edit, hold)
+    lost: tuple[list[Delete], list[Event]] = ([], [])
+    if job.spec.elastic is not None and status.phase in ("Pending", "Starting", "Running"):
+        deletes, lost_events, fatal = elastic.track(job, previous, status, seen)
+        lost = (deletes, lost_events)
+        if fatal is not None:
+            fail(status, fatal[0], fatal[1], seen.now)
+            lost = ([], [])
     plan = Plan(status=status, accepted_spec=job.spec if rejected_edit is None else None)
     if queue is not None:
         if queue.create is not None and not job.spec.run_policy.suspend:
             plan.creates.append(queue.create)
         plan.workload_status = queue.patch
     if status.phase in ("Pending", "Starting", "Running"):
+        plan.deletes += lost[0]
         try:
             _ensure_children(plan, job, status, seen, queue)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -129,11 +139,14 @@ def decide(seen: Observation) -> Plan:
         _report_progress(plan, job, status, seen)
     elif status.phase in ("Restarting", "Suspended"):
         _delete_pods(plan, seen.children, lambda pod: True, with_launcher=True)
+        if status.elastic is not None:
+            # Its pods go on purpose: none of them is lost, and the next ones are new.
+            status.elastic.worker_uids = {}
     elif status.phase in TERMINAL_PHASES:
         _finish(plan, job, status, seen)
         if seen.kueue_api:
             plan.workload_status = queueing.finished_patch(seen.children, status, seen.now)
-    plan.events = _events(previous, status)
+    plan.events = _events(previous, status) + lost[1]
     _requeue_for_timers(plan, job, status, seen.now)
     if queue is not None and queue.requeue_after is not None:
         plan.requeue_after = min(plan.requeue_after or queue.requeue_after, queue.requeue_after)
@@ -215,7 +228,7 @@ def _refusal_message(refusal: Refusal) -> str:
 
 
 def _with_replicas(job: HorovodJob, replicas: int) -> HorovodJob:
-    if replicas == job.spec.worker.replicas:
+    if replicas == job.spec.worker_count() or job.spec.elastic:
         return job
     worker = job.spec.worker.model_copy(update={"replicas": replicas})
     spec = job.spec.model_copy(update={"worker": worker})
@@ -255,12 +268,12 @@ def _ensure_children(
     existing = {name_of(pod) for pod in children.workers}
     missing = [
         i
-        for i in range(job.spec.worker.replicas)
+        for i in range(job.spec.worker_count())
         if names.worker_name(job.metadata.name, i) not in existing
     ]
     gang = gang_scheduled(job, seen)
-    if job.spec.scheduling.gang.policy == "Native" and not gang:
-        return  # no worker without its gang; stalled.problems says why
+    if job.spec.scheduling.gang.policy not in ("Auto", "None") and not gang:
+        return  # no worker without its required gang; stalled.problems says why
     admissions: dict[str, builders.Admission | None] = {}
     if queue is not None:
         if queue.admissions is None:
@@ -271,16 +284,26 @@ def _ensure_children(
         want(builders.new_pod_group(job, attempt, admissions.get(names.ROLE_WORKER)))
     for index in missing:
         want(builders.new_worker_pod(job, index, attempt, gang, admissions.get(names.ROLE_WORKER)))
-    if missing or children.stray_launcher_pods or children.launcher_job is not None:
-        return  # the launcher waits for the watch to show every worker
+    # The launcher waits for the watch to show every worker; an elastic one only for
+    # those it starts with (a pod quota may refuse the others for a long time).
+    if (missing and job.spec.elastic is None) or children.stray_launcher_pods:
+        return
+    if children.launcher_job is not None:
+        return
     policy = job.spec.run_policy.launcher_creation_policy
-    if policy == "AtStartup" or all_workers_ready(status):
+    if policy == "AtStartup" or workers_ready_to_start(job, status):
         want(builders.new_launcher_job(job, attempt, admissions.get(names.ROLE_LAUNCHER)))
 
 
 def gang_scheduled(job: HorovodJob, seen: Observation) -> bool:
-    """Whether the workers are placed as one native gang (a PodGroup)."""
-    return job.spec.scheduling.gang.policy != "None" and seen.gang_api
+    """Whether the workers are placed as one gang (a PodGroup the cluster serves):
+    native (Auto, Native), Volcano's or scheduler-plugins' coscheduling."""
+    policy = job.spec.scheduling.gang.policy
+    if policy == "Volcano":
+        return seen.volcano_api
+    if policy == "Coscheduling":
+        return seen.coscheduling_api
+    return policy != "None" and seen.gang_api
 
 
 # --- saying why a job does not progress --------------------------------------------------
@@ -303,6 +326,10 @@ def _report_progress(
         clear_condition(status, STALLED, REASON_PROGRESSING, seen.now)
     blocked = true_condition(status, STALLED)
     if status.phase == "Running":
+        if job.spec.elastic is not None:
+            status.message = elastic.waiting_message(
+                job, status, stalled.waiting_workers(status, seen)
+            )
         return
     counts = status.workers
     assert counts is not None

@@ -84,6 +84,9 @@ class Executor:
         self.gang_api = False
         # Detected at start: Kueue's Workloads are served (queueing.py).
         self.kueue_api = False
+        # Detected at start: Volcano's and coscheduling's PodGroups are served (podgroups.py).
+        self.volcano_api = False
+        self.coscheduling_api = False
         self._flavors: dict[str, tuple[float, Obj]] = {}
 
     def forget(self, key: Key) -> None:
@@ -168,6 +171,8 @@ class Executor:
             restrict_templates=self.restrict_templates,
             gang_api=self.gang_api,
             kueue_api=self.kueue_api,
+            volcano_api=self.volcano_api,
+            coscheduling_api=self.coscheduling_api,
             flavors=flavors,
             priority=priority,
         )
@@ -448,7 +453,9 @@ class Executor:
         """409: ours (a create the watch has not shown yet) is fine; anyone else's is
         never adopted or patched, only reported."""
         meta = obj["metadata"]
-        current = await self.kube.get(obj["kind"], meta["namespace"], meta["name"])
+        current = await self.kube.get(
+            obj["kind"], meta["namespace"], meta["name"], str(obj.get("apiVersion") or "")
+        )
         if current is None or controlled_by(current, memory.uid):
             memory.refused.pop(meta["name"], None)
             return True

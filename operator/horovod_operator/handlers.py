@@ -19,8 +19,9 @@ from typing import Any, Final
 
 import kopf
 
-from . import metrics, names
+from . import metrics, names, podgroups
 from .api import GROUP, PLURAL, VERSION
+from .first_step import FirstStepWatcher
 from .kube import Kube, KubeError, load_configuration
 from .leader import LeaderElector
 from .reconciler import Reconciler
@@ -111,11 +112,25 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler.executor.gang_api = await _served(
         kube, "scheduling.k8s.io/v1beta1", "podgroups", "native gang scheduling"
     )
+    # Volcano's and scheduler-plugins' PodGroups (gang.policy Volcano, Coscheduling):
+    # detected the same way; a job that asks for one the cluster lacks waits, Stalled.
+    volcano, coscheduling = podgroups.VOLCANO, podgroups.COSCHEDULING
+    reconciler.executor.volcano_api = await _served(
+        kube, volcano.api_version, volcano.plural, "Volcano gangs"
+    )
+    reconciler.executor.coscheduling_api = await _served(
+        kube, coscheduling.api_version, coscheduling.plural, "coscheduling gangs"
+    )
     # Kueue admits jobs with a queue as one Workload when its API is served
     # (queueing.py); without it the queue is only a label on the pods.
     reconciler.executor.kueue_api = await _served(
         kube, "kueue.x-k8s.io/v1beta2", "workloads", "Kueue admission"
     )
+    # Time to the first training step: rank 0's line in its log (first_step.py).
+    watcher = FirstStepWatcher(
+        kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
+    )
+    memo.first_step = asyncio.create_task(watcher.run())
     memo.elector = None
     if config.leader_elect:
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -165,10 +180,11 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    elector: asyncio.Task[None] | None = getattr(memo, "elector", None)
-    if elector is not None:
-        elector.cancel()
-        await asyncio.gather(elector, return_exceptions=True)
+    for name in ("elector", "first_step"):
+        task: asyncio.Task[None] | None = getattr(memo, name, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
     reconciler: Reconciler | None = getattr(memo, "reconciler", None)
     if reconciler is not None:
         await reconciler.shutdown()

@@ -129,6 +129,22 @@ _PATHS: Final[dict[str, str]] = {
     "WorkloadPriorityClass": "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
     "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
 }
+# Kinds that more than one API group names: the PodGroups of Volcano and of
+# scheduler-plugins' coscheduling (podgroups.py), by apiVersion.
+_GROUP_PATHS: Final[dict[tuple[str, str], str]] = {
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): (
+        "/apis/scheduling.volcano.sh/v1beta1/namespaces/{namespace}/podgroups"
+    ),
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): (
+        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups"
+    ),
+}
+
+
+def _path(kind: str, namespace: str, api_version: str = "") -> str:
+    """The collection of `kind` (of `api_version` where two groups share the kind)."""
+    template = _GROUP_PATHS.get((api_version, kind)) or _PATHS[kind]
+    return template.format(namespace=namespace)
 
 
 class Kube:
@@ -169,14 +185,15 @@ class Kube:
             self._executor, self._request_sync, verb, path, body, query, content_type
         )
 
-    def _request_sync(
+    def _call_sync(
         self,
         verb: str,
         path: str,
         body: Any,
         query: Mapping[str, str] | None,
         content_type: str,
-    ) -> Obj:
+    ) -> tuple[int, str, bytes]:
+        """(status code, reason, raw body) of one request."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
         method, url, header_params, payload, post_params = self._api.param_serialize(
             method=verb,
@@ -189,8 +206,19 @@ class Kube:
         response = self._api.call_api(
             method, url, header_params, payload, post_params, _request_timeout=REQUEST_TIMEOUT
         )
-        raw = response.read()  # type: ignore[no-untyped-call]
-        ok = 200 <= response.status < 300
+        raw: bytes = response.read()  # type: ignore[no-untyped-call]
+        return response.status, str(response.reason), raw
+
+    def _request_sync(
+        self,
+        verb: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+    ) -> Obj:
+        status, reason, raw = self._call_sync(verb, path, body, query, content_type)
+        ok = 200 <= status < 300
         try:
             data: Obj = json.loads(raw) if raw else {}
         except ValueError:
@@ -199,11 +227,36 @@ class Kube:
             data = {}  # not a Status: "404 page not found" for a group nobody serves
         if not ok:
             raise KubeError(
-                response.status,
-                str(data.get("reason") or response.reason),
+                status,
+                str(data.get("reason") or reason),
                 str(data.get("message") or raw[:500]),
             )
         return data
+
+    async def pod_log(
+        self, namespace: str, pod: str, container: str | None, limit_bytes: int
+    ) -> str:
+        """The first `limit_bytes` of a container's log, each line led by its
+        timestamp (RFC 3339) where the kubelet has one."""
+        query = {"limitBytes": str(limit_bytes), "timestamps": "true"}
+        if container:
+            query["container"] = container
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+        await self._limiter.acquire()
+        self.on_request("GET", "PodLog")
+        loop = asyncio.get_running_loop()
+        status, reason, raw = await loop.run_in_executor(
+            self._executor, self._call_sync, "GET", path, None, query, "application/json"
+        )
+        if not 200 <= status < 300:
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = {}
+            raise KubeError(
+                status, str(data.get("reason") or reason), str(data.get("message") or raw[:500])
+            )
+        return raw.decode(errors="replace")
 
     async def serves(self, group_version: str, plural: str) -> bool:
         """Whether the API server serves `plural` in `group_version` (discovery)."""
@@ -220,7 +273,7 @@ class Kube:
     async def create(self, obj: Obj) -> Obj:
         """Create `obj`; raises KubeError (409 when the name is taken)."""
         kind = obj["kind"]
-        path = _PATHS[kind].format(namespace=obj["metadata"]["namespace"])
+        path = _path(kind, obj["metadata"]["namespace"], str(obj.get("apiVersion") or ""))
         return await self._request(
             "POST", kind, path, body=obj, query={"fieldManager": FIELD_MANAGER}
         )
@@ -232,8 +285,8 @@ class Kube:
         items: list[Obj] = data.get("items") or []
         return items
 
-    async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
-        path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
+    async def get(self, kind: str, namespace: str, name: str, api_version: str = "") -> Obj | None:
+        path = _path(kind, namespace, api_version) + f"/{name}"
         try:
             return await self._request("GET", kind, path)
         except KubeError as error:

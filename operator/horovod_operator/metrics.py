@@ -69,6 +69,13 @@ TIME_TO_RUNNING: Final = Histogram(
     buckets=_WAIT_BUCKETS,
     registry=REGISTRY,
 )
+TIME_TO_FIRST_STEP: Final = Histogram(
+    "horovod_operator_job_time_to_first_step_seconds",
+    "From a job's creation until rank 0 starts its first training step (its HVJOB_RANK line).",
+    ["namespace"],
+    buckets=_WAIT_BUCKETS,
+    registry=REGISTRY,
+)
 JOB_DURATION: Final = Histogram(
     "horovod_operator_job_duration_seconds",
     "From a job's start until it Succeeded or Failed, restarts included.",

@@ -29,6 +29,8 @@ CONFIG_VOLUME: Final = "horovod-config"
 CONFIG_MOUNT_PATH: Final = "/etc/horovod/config"
 HOSTFILE: Final = "hostfile"
 DISCOVER_HOSTS: Final = "discover_hosts.sh"
+# An elastic job's launcher reads the workers' agents from here (<host>:<port> lines).
+AGENTS: Final = "agents"
 
 ROLE_LAUNCHER: Final = "launcher"
 ROLE_WORKER: Final = "worker"

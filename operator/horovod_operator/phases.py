@@ -82,6 +82,7 @@ def active_replicas(job: HorovodJob) -> int:
     Once a job started the count is fixed (status.workers.replicas): the CRD
     refuses a change, and where it cannot (an older CRD) the change is rejected
     with SpecRejected. A suspended or not yet started job takes the spec's count.
+    An elastic job keeps maxReplicas pods (spec.worker_count()).
     """
     status = job.status
     if (
@@ -91,7 +92,7 @@ def active_replicas(job: HorovodJob) -> int:
         and status.phase in ("Pending", "Starting", "Running", "Restarting")
     ):
         return status.workers.replicas
-    return job.spec.worker.replicas
+    return job.spec.worker_count()
 
 
 def invalid_spec_status(
@@ -153,7 +154,7 @@ def compute_status(
                 status.uncounted_restarts += 1
         status.launcher = None
         status.workers = count_workers(
-            current_workers(children, status.restarts), job.spec.worker.replicas
+            current_workers(children, status.restarts), job.spec.worker_count()
         )
         enter_phase(status, "Suspended", reason, message, now)
         return status
@@ -163,7 +164,7 @@ def compute_status(
         status.conditions = set_condition(
             status.conditions, SUSPENDED, False, REASON_RESUMED, "the job is resumed", now
         )
-        status.workers = count_workers(workers, job.spec.worker.replicas)
+        status.workers = count_workers(workers, job.spec.worker_count())
         status.phase = "Pending"
 
     if status.start_time is None:
@@ -223,7 +224,7 @@ def compute_status(
             "the launcher's rendezvous is over; waiting for the worker pods to end",
             now,
         )
-    elif status.workers.running == replicas:
+    elif status.workers.running >= (job.spec.worker.replicas if job.spec.elastic else replicas):
         status.phase = "Starting"
     else:
         status.phase = "Pending"
@@ -239,8 +240,10 @@ def succeeded(
     worker pod exits with its own ranks' result, and the kubelet reports it; the
     launcher only serves the rendezvous, and its workers' reports to it (what
     ends it) are best effort. A failure is read from the pods in both modes.
+    elastic: workers come and go, and Horovod's driver in the launcher knows how
+    the training ended: the launcher's exit is the result, as in mpi mode.
     """
-    if job.spec.launch_mode == "gloo":
+    if job.spec.launch_mode == "gloo" and not job.spec.elastic:
         if workers.replicas and workers.succeeded == workers.replicas:
             return f"every worker pod ({workers.replicas}) completed successfully"
         return None
@@ -260,15 +263,16 @@ def _spec_rejection(
         status.conditions = set_condition(
             status.conditions, SPEC_REJECTED, True, REASON_INVALID_SPEC, rejected_edit, now
         )
-    elif replicas != job.spec.worker.replicas:
+    elif replicas != job.spec.worker_count():
         status.conditions = set_condition(
             status.conditions,
             SPEC_REJECTED,
             True,
             REASON_REPLICAS_IMMUTABLE,
             f"worker.replicas cannot change on a started job ({replicas} -> "
-            f"{job.spec.worker.replicas}); elastic scaling is not supported yet. "
-            f"The job keeps {replicas} workers; suspend it or recreate it to change the count",
+            f"{job.spec.worker_count()}); an elastic job (spec.elastic) changes its size "
+            f"by itself. The job keeps {replicas} workers; suspend it or recreate it to "
+            "change the count",
             now,
         )
     else:
@@ -313,10 +317,12 @@ def _judge_failures(
     rules = job.spec.run_policy.pod_failure_policy
     judged: list[Judged] = []
     reason = REASON_WORKER_FAILED
+    elastic = job.spec.elastic is not None
     for pod in workers:
-        if pod_phase(pod) == "Failed":
+        if pod_phase(pod) == "Failed" and not elastic:
             judged += [judge(pod, f, disruption_of(pod), rules) for f in pod_failures(pod)]
-    if previous.phase in ("Starting", "Running"):
+    # An elastic job goes on without a lost worker (decide.py replaces it).
+    if previous.phase in ("Starting", "Running") and not elastic:
         # Every worker existed; one deleted or gone since was not deleted by us.
         present = {name_of(pod) for pod in children.workers if attempt_of(pod) == attempt}
         for pod in deleted_workers(children, attempt):
@@ -419,9 +425,15 @@ def count_workers(workers: list[Mapping[str, Any]], replicas: int) -> WorkerCoun
     )
 
 
-def all_workers_ready(status: HorovodJobStatus) -> bool:
+def workers_ready_to_start(job: HorovodJob, status: HorovodJobStatus) -> bool:
+    """Whether the launcher may start: every worker Ready, or for an elastic job
+    the worker.replicas it starts with (the others join when they are Ready)."""
     counts = status.workers
-    return counts is not None and counts.replicas > 0 and counts.ready == counts.replicas
+    if counts is None or counts.replicas <= 0:
+        return False
+    if job.spec.elastic:
+        return counts.ready >= job.spec.worker.replicas
+    return counts.ready == counts.replicas
 
 
 # --- comparing statuses ------------------------------------------------------------------

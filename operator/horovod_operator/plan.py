@@ -62,6 +62,10 @@ class Observation:
     # The cluster serves kueue.x-k8s.io/v1beta2 Workload: a job with a queue is
     # admitted by Kueue as one Workload (queueing.py).
     kueue_api: bool = False
+    # The cluster serves Volcano's scheduling.volcano.sh/v1beta1 PodGroup, and
+    # scheduler-plugins' scheduling.x-k8s.io/v1alpha1 PodGroup (podgroups.py).
+    volcano_api: bool = False
+    coscheduling_api: bool = False
     # The ResourceFlavors the job's admitted Workload names, by name.
     flavors: Mapping[str, Obj] = field(default_factory=dict)
     # What spec.scheduling.priorityClassName names, looked up while the job has no

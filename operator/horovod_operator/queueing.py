@@ -56,7 +56,9 @@ RETRY_SECONDS: Final = 5.0
 
 def managed(job: HorovodJob, seen: Observation) -> bool:
     """Whether Kueue admits this job (a queue, and a cluster that serves Workloads)."""
-    return bool(job.spec.scheduling.queue) and seen.kueue_api
+    # With gang.policy Volcano the queue is Volcano's (podgroups.py).
+    volcano = job.spec.scheduling.gang.policy == "Volcano"
+    return bool(job.spec.scheduling.queue) and seen.kueue_api and not volcano
 
 
 @dataclass(frozen=True)

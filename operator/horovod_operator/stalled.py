@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final
 
-from . import names
+from . import names, podgroups
 from .api import HorovodJob, HorovodJobStatus
 from .children import (
     Obj,
@@ -48,6 +48,18 @@ def problems(
                 "and kube-scheduler, then restart the operator; or set the policy to Auto",
             )
         )
+    gang = podgroups.of(job)
+    served = {"Volcano": seen.volcano_api, "Coscheduling": seen.coscheduling_api}
+    if gang is not None and not served[gang.policy]:
+        problems.append(
+            (
+                REASON_GANG_UNAVAILABLE,
+                f"spec.scheduling.gang.policy is {gang.policy}, but the cluster does not "
+                f"serve {gang.api_version} PodGroup (checked when the operator started); no "
+                f"worker is created without its gang. Fix: {gang.install}; or set the policy "
+                "to Auto",
+            )
+        )
     job_name = str(seen.body["metadata"]["name"])
     wanted = {_created_name(obj) for obj in creates}
     needed = _needed_names(job_name, status, ssh=job.spec.launch_mode == "mpi")
@@ -66,17 +78,38 @@ def problems(
             )
         elif refusal.code == 409:
             problems.append((REASON_CHILD_CONFLICT, refusal.message))
+    # An elastic job's waiting workers are capacity it may get, not a stall, once
+    # those it starts with run (decide.py puts them in the job's message).
+    running = status.workers.running if status.workers else 0
+    enough = job.spec.elastic is not None and (
+        status.phase == "Running" or running >= job.spec.worker.replicas
+    )
+    workers = [] if enough else _current(children.workers, status)
     stuck = []
-    for pod in [*_current(children.workers, status), *children.launcher_pods]:
-        if pod_phase(pod) != "Pending" or is_terminating(pod):
-            continue
-        found = pod_problem(pod) or seen.pod_warnings.get(name_of(pod))
+    for pod in [*workers, *children.launcher_pods]:
+        found = _pending_problem(pod, seen)
         if found is not None:
             stuck.append((found[0], f"pod {name_of(pod)}: {found[1]}"))
     # In a gang, one pod says what is short ("Insufficient nvidia.com/gpu") and the
     # others only that the group is incomplete: name the shortage first.
     stuck.sort(key=lambda problem: _GANG_ONLY in problem[1])
     return [*problems, *stuck]
+
+
+def waiting_workers(status: HorovodJobStatus, seen: Observation) -> list[str]:
+    """What this attempt's Pending workers wait for, one "pod <name>: <why>" each."""
+    waiting = []
+    for pod in _current(seen.children.workers, status):
+        found = _pending_problem(pod, seen)
+        if found is not None:
+            waiting.append(f"pod {name_of(pod)}: {found[1]}")
+    return waiting
+
+
+def _pending_problem(pod: Obj, seen: Observation) -> tuple[str, str] | None:
+    if pod_phase(pod) != "Pending" or is_terminating(pod):
+        return None
+    return pod_problem(pod) or seen.pod_warnings.get(name_of(pod))
 
 
 # How kube-scheduler words a gang member held back only because its group is incomplete.

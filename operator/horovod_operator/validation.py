@@ -34,10 +34,42 @@ SPEC_RULES: Final[list[Any]] = [
     },
     {
         "rule": "self.?scheduling.?gang.?minAvailable.orValue(1) <= "
-        "self.?worker.?replicas.orValue(1)",
-        "message": "scheduling.gang.minAvailable is more than worker.replicas; at most "
-        "every worker can be placed",
+        "(has(self.elastic) ? self.elastic.maxReplicas : self.?worker.?replicas.orValue(1))",
+        "message": "scheduling.gang.minAvailable is more than worker.replicas (an elastic "
+        "job's elastic.maxReplicas); at most every worker can be placed",
         "fieldPath": ".scheduling.gang.minAvailable",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.elastic) || self.launchMode == 'gloo'",
+        "message": "elastic needs launchMode gloo: Horovod's elastic training runs on Gloo, "
+        "and the workers' agents start the ranks instead of ssh",
+        "fieldPath": ".elastic",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!has(self.elastic) || "
+        "(self.elastic.minReplicas <= self.?worker.?replicas.orValue(1) && "
+        "self.?worker.?replicas.orValue(1) <= self.elastic.maxReplicas)",
+        "message": "worker.replicas (the count an elastic job starts with) must be between "
+        "elastic.minReplicas and elastic.maxReplicas",
+        "fieldPath": ".worker.replicas",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "self.launchMode != 'gloo' || "
+        "(self.?launcher.?horovodrunArgs.orValue([]).size() == 0 && "
+        "!self.?ssh.?authMountPath.hasValue())",
+        "message": "launcher.horovodrunArgs and ssh.authMountPath need launchMode mpi: "
+        "launchMode gloo runs no horovodrun and no ssh",
+        "fieldPath": ".launchMode",
+        "reason": "FieldValueInvalid",
+    },
+    {
+        "rule": "!self.?ssh.?port.hasValue() || self.?ssh.?authMountPath.hasValue()",
+        "message": "ssh.port is the port of an image's own sshd and needs ssh.authMountPath; "
+        "the operator's worker sshd listens on 2222",
+        "fieldPath": ".ssh.port",
         "reason": "FieldValueInvalid",
     },
 ]
@@ -53,10 +85,15 @@ ROOT_RULES: Final[list[Any]] = [
         "rule": f"{_NOT_STARTED} || "
         "(self.spec.?worker.?replicas.orValue(1) == oldSelf.spec.?worker.?replicas.orValue(1) && "
         "self.spec.slotsPerWorker == oldSelf.spec.slotsPerWorker && "
-        "self.spec.launchMode == oldSelf.spec.launchMode)",
-        "message": "spec.worker.replicas, spec.slotsPerWorker and spec.launchMode cannot "
-        "change while the job is started (Pending, Starting, Running, Restarting); suspend "
-        "it (spec.runPolicy.suspend: true) or recreate it to change them",
+        "self.spec.launchMode == oldSelf.spec.launchMode && "
+        # Field by field: the estimated cost of comparing whole objects is over budget.
+        "self.spec.?elastic.?minReplicas == oldSelf.spec.?elastic.?minReplicas && "
+        "self.spec.?elastic.?maxReplicas == oldSelf.spec.?elastic.?maxReplicas && "
+        "self.spec.?elastic.?timeoutSeconds == oldSelf.spec.?elastic.?timeoutSeconds && "
+        "self.spec.?elastic.?resetLimit == oldSelf.spec.?elastic.?resetLimit)",
+        "message": "spec.worker.replicas, spec.slotsPerWorker, spec.launchMode and "
+        "spec.elastic cannot change while the job is started (Pending, Starting, Running, "
+        "Restarting); suspend it (spec.runPolicy.suspend: true) or recreate it to change them",
         "fieldPath": ".spec",
         "reason": "FieldValueForbidden",
     },

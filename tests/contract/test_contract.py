@@ -29,8 +29,8 @@ def _code(folder: str) -> str:
     return "".join(p.read_text() for p in (REPO / folder).rglob("*.py"))
 
 
-# Lines the trainers print and the demo, the tests and users parse; the operator
-# itself parses none of them.
+# Lines the trainers print and the demo, the tests and users parse (the operator
+# reads RANK_PREFIX too, for the time to first step: first_step.py).
 PRINTED_LINES = ("RANK_PREFIX", "RESULT_PREFIX")
 
 

@@ -17,7 +17,14 @@ from typing import Any
 
 from horovod_contract.rank_output import rank_lines
 from localcluster.poll import wait_for
-from tests.e2e.test_horovodjob import ACCURACY_BAR, example_job, ranks, result, wait_finished
+from tests.e2e.test_horovodjob import (
+    ACCURACY_BAR,
+    assert_first_step_recorded,
+    example_job,
+    ranks,
+    result,
+    wait_finished,
+)
 from tests.support.cluster import KubeCluster
 from tests.support.nodeagent import LOCAL_PLACEMENT, Agent
 
@@ -100,6 +107,8 @@ def test_gloo_2x1_trains_without_ssh_as_a_non_root_user(
     assert result(logs[0])["test_accuracy"] >= ACCURACY_BAR
     launcher_log = agent.cli("logs", f"{name}-launcher", "-n", namespace)
     assert "every worker finished successfully (2)" in launcher_log, launcher_log
+    # Rank 0 runs in worker 0: the operator read its first step there.
+    assert_first_step_recorded(cluster, namespace, name)
 
 
 def test_gloo_two_workers_two_slots_each(

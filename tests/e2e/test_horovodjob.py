@@ -86,6 +86,19 @@ def wait_finished(cluster: KubeCluster, namespace: str, name: str, timeout: floa
     return wait_for(done, timeout, 1.0, f"HorovodJob {name} to finish")
 
 
+def assert_first_step_recorded(cluster: KubeCluster, namespace: str, name: str) -> None:
+    """status.firstStepTime within the job's run, and the TrainingStarted Event
+    (the operator's time to first step, read from rank 0's log: first_step.py)."""
+    status = cluster.get("hj", name, namespace)["status"]
+    first = status.get("firstStepTime")
+    assert first is not None, status
+    assert status["startTime"] <= first <= status["completionTime"], status
+    events = cluster.get("events", namespace=namespace)["items"]
+    started = [e for e in events if e["reason"] == "TrainingStarted"]
+    assert [e["involvedObject"]["name"] for e in started] == [name], started
+    assert "rank 0 started training" in started[0]["message"]
+
+
 def ranks(launcher_log: str) -> list[dict[str, Any]]:
     out = []
     for _, line in split_by_rank(launcher_log):
@@ -163,6 +176,7 @@ def test_example_2x1_over_ssh(
     )
     log = agent.cli("logs", f"{name}-launcher", "-n", namespace)
     assert result(log)["test_accuracy"] >= ACCURACY_BAR
+    assert_first_step_recorded(cluster, namespace, name)
     # The launcher reached the workers over ssh that checked the job's host key.
     assert "ssh client configured (verifies the job's host key)" in log, log[:2000]
     seen = ranks(log)

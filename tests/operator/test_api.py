@@ -86,6 +86,33 @@ def test_camel_case_round_trip() -> None:
             {"runPolicy": {"cleanPodPolicy": "Some"}},
             "spec.runPolicy.cleanPodPolicy: Input should be 'None', 'Running' or 'All'",
         ),
+        (
+            "a",
+            {"launcher": {"horovodrunArgs": ["-np", "4"]}},
+            "spec.launcher.horovodrunArgs: '-np' is written by the operator",
+        ),
+        (
+            "a",
+            {"launcher": {"horovodrunArgs": ["--hostfile=/h"]}},
+            "spec.launcher.horovodrunArgs: '--hostfile' is written by the operator",
+        ),
+        (
+            "a",
+            {"launchMode": "gloo", "launcher": {"horovodrunArgs": ["--verbose"]}},
+            "launcher.horovodrunArgs: launchMode gloo runs no horovodrun and no ssh",
+        ),
+        (
+            "a",
+            {"launchMode": "gloo", "ssh": {"authMountPath": "/root/.ssh"}},
+            "ssh.authMountPath: launchMode gloo runs no horovodrun and no ssh",
+        ),
+        (
+            "a",
+            {"launcher": {"horovodrunArgs": ["--mpi-args=-x A --mca pml ucx"]}},
+            "--mpi-args sets MCA parameter 'pml', which horovodrun already writes",
+        ),
+        ("a", {"ssh": {"port": 22}}, "ssh.port: only an image's own sshd"),
+        ("a", {"ssh": {"authMountPath": "root/.ssh"}}, "spec.ssh.authMountPath: String should"),
         ("x" * 54, {"worker": {"replicas": 11}}, "metadata.name: 'xxxx"),
         ("x" * 55, {}, "use at most 54 characters"),
         ("1job", {}, "metadata.name: '1job' must be a DNS-1035 label"),

@@ -507,3 +507,47 @@ def test_gloo_service_selects_the_launcher_too() -> None:
         "selector": {"horovod.ai/job-name": "mnist"},
         "ports": [{"name": "rendezvous", "port": 2223, "targetPort": 2223, "protocol": "TCP"}],
     }
+
+
+MPI_OPERATOR_KEYS = {
+    "secretName": "mnist-ssh",
+    "defaultMode": 0o600,
+    "items": [
+        {"key": "id_ed25519", "path": "id_rsa"},
+        {"key": "id_ed25519.pub", "path": "id_rsa.pub"},
+        {"key": "authorized_keys", "path": "authorized_keys"},
+    ],
+}
+
+
+def test_an_image_with_its_own_sshd_gets_the_keys_as_mpi_operator_mounts_them() -> None:
+    """ssh.authMountPath: images written for mpi-operator run unchanged."""
+    worker_template = {
+        "spec": {"containers": [{"name": "worker", "command": ["/usr/sbin/sshd", "-De"]}]}
+    }
+    job = make_job(
+        ssh={"authMountPath": "/home/mpiuser/.ssh"},
+        worker={"replicas": 2, "template": worker_template},
+    )
+    pod = builders.new_worker_pod(job, 0, 0)
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["/usr/sbin/sshd", "-De"], "the image's sshd, as written"
+    assert {"name": "horovod-ssh", "secret": MPI_OPERATOR_KEYS} in pod["spec"]["volumes"]
+    assert {
+        "name": "horovod-ssh",
+        "mountPath": "/home/mpiuser/.ssh",
+        "readOnly": True,
+    } in container["volumeMounts"]
+    assert container["ports"] == [{"name": "ssh", "containerPort": 22, "protocol": "TCP"}]
+    assert container["readinessProbe"]["tcpSocket"] == {"port": 22}
+    assert builders.new_worker_service(job)["spec"]["ports"][0]["port"] == 22
+    launcher = builders.new_launcher_job(job, 0)["spec"]["template"]["spec"]
+    assert launcher["containers"][0]["command"][0] == "horovodrun"
+    assert {"name": "horovod-ssh", "secret": MPI_OPERATOR_KEYS} in launcher["volumes"]
+
+
+def test_an_image_with_its_own_sshd_and_no_command_runs_its_entrypoint() -> None:
+    pod = builders.new_worker_pod(make_job(ssh={"authMountPath": "/root/.ssh", "port": 2022}), 0, 0)
+    container = pod["spec"]["containers"][0]
+    assert "command" not in container
+    assert container["readinessProbe"]["tcpSocket"] == {"port": 2022}

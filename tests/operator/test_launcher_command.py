@@ -49,3 +49,37 @@ def test_launcher_command(
         },
     }
     assert launcher_command(parse_job(body).spec) == expected
+
+
+def _spec(**extra: Any) -> Any:
+    body: dict[str, Any] = {
+        "metadata": {"name": "j"},
+        "spec": {"image": "i", "command": ["python", "t.py"], "worker": {"replicas": 2}, **extra},
+    }
+    return parse_job(body).spec
+
+
+def test_extra_horovodrun_args_go_between_the_generated_options_and_the_program() -> None:
+    spec = _spec(launcher={"horovodrunArgs": ["--network-interfaces", "eth0", "--mpi-args=-x A"]})
+    assert launcher_command(spec) == [
+        *CLIENT, "horovodrun", "-np", "2", *PREFIX,
+        "--network-interfaces", "eth0", "--mpi-args=-x A", "python", "t.py",
+    ]  # fmt: skip
+
+
+def test_an_image_with_its_own_sshd_gets_plain_horovodrun_on_its_port() -> None:
+    """mpi-operator's images: no operator ssh helper in them, sshd on 22 by default."""
+    spec = _spec(ssh={"authMountPath": "/home/mpiuser/.ssh"})
+    hostfile = ["--hostfile", "/etc/horovod/config/hostfile"]
+    assert launcher_command(spec) == [
+        "horovodrun",
+        "-np",
+        "2",
+        *hostfile,
+        "-p",
+        "22",
+        "python",
+        "t.py",
+    ]
+    spec = _spec(ssh={"authMountPath": "/root/.ssh", "port": 2022})
+    assert launcher_command(spec)[5:7] == ["-p", "2022"]

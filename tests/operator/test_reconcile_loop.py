@@ -51,7 +51,9 @@ class FakeKube:
             raise KubeError(409, "AlreadyExists", f"{name} already exists")
         return obj
 
-    async def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(
+        self, kind: str, namespace: str, name: str, api_version: str = ""
+    ) -> dict[str, Any] | None:
         self.calls.append(("get", kind, name))
         return self.existing.get(name)
 

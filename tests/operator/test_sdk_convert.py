@@ -83,11 +83,73 @@ def test_the_program_resources_template_and_policies_carry_over() -> None:
     assert parsed.spec.run_policy.ttl_seconds_after_finished == 600
     assert parsed.spec.scheduling.queue == "gpu-queue"
     assert parsed.spec.scheduling.gang.min_available == 2, "the launcher is not in our gang"
+    # mpirun's own options reach mpirun through horovodrun, after the generated -np;
+    # placement through --binding-args (horovodrun writes its own otherwise).
+    assert parsed.spec.launcher.horovodrun_args == [
+        "--binding-args=-bind-to none",
+        "--mpi-args=-x NCCL_DEBUG=INFO",
+    ]
+    # The image runs its own sshd with the keys where it expects them.
+    assert parsed.spec.ssh.auth_mount_path == "/home/mpiuser/.ssh"
     text = "\n".join(warnings)
-    for dropped in ("-bind-to none", "-x NCCL_DEBUG=INFO", "-mca pml ob1", "sshAuthMountPath"):
-        assert dropped in text, text
+    assert "image's own sshd" in text
     # What the operator provides itself is not worth a warning.
-    assert "'-np" not in text and "'--allow-run-as-root" not in text
+    assert "-np" not in text and "--allow-run-as-root" not in text
+    # -mca pml ob1 is horovodrun's own already (Open MPI refuses it twice).
+    assert "pml" not in text
+
+
+def test_an_mca_parameter_horovodrun_writes_otherwise_is_pointed_out() -> None:
+    mpijob = yaml.safe_load(yaml.safe_dump(MPIJOB))
+    container = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    container["args"] = [
+        "-mca",
+        "btl",
+        "tcp,self",
+        "-mca",
+        "btl_vader_single_copy_mechanism",
+        "none",
+        "python",
+        "t.py",
+    ]
+    job, warnings = convert(mpijob)
+    assert job["spec"]["launcher"]["horovodrunArgs"] == [
+        "--mpi-args=-mca btl_vader_single_copy_mechanism none"
+    ]
+    assert any("'-mca btl tcp,self' is dropped" in w for w in warnings), warnings
+
+
+def test_horovodrun_options_pass_as_they_are_and_elastic_ones_are_pointed_out() -> None:
+    mpijob = yaml.safe_load(yaml.safe_dump(MPIJOB))
+    container = mpijob["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    container["command"] = ["horovodrun"]
+    container["args"] = [
+        "-np", "4", "--min-np", "2", "--network-interfaces", "eth0", "--verbose",
+        "--mpi-args=-x A", "python", "t.py",
+    ]  # fmt: skip
+    job, warnings = convert(mpijob)
+    assert job["spec"]["launcher"]["horovodrunArgs"] == [
+        "--network-interfaces", "eth0", "--verbose", "--mpi-args=-x A",
+    ]  # fmt: skip
+    assert any("'--min-np 2' is dropped" in w for w in warnings), warnings
+
+
+def test_the_workers_sshd_and_the_launchers_env_carry_over() -> None:
+    """A v2beta1 worker runs the image's sshd; an old example's [""] means its entrypoint."""
+    mpijob = yaml.safe_load(yaml.safe_dump(MPIJOB))
+    replicas = mpijob["spec"]["mpiReplicaSpecs"]
+    replicas["Worker"]["template"]["spec"]["containers"][0]["command"] = ["/usr/sbin/sshd", "-De"]
+    replicas["Launcher"]["template"]["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    del mpijob["spec"]["sshAuthMountPath"]
+    job, _ = convert(mpijob)
+    worker = job["spec"]["worker"]["template"]["spec"]["containers"][0]
+    assert worker["command"] == ["/usr/sbin/sshd", "-De"]
+    assert job["spec"]["ssh"] == {"authMountPath": "/root/.ssh"}, "mpi-operator's default"
+    launcher = job["spec"]["launcher"]["template"]["spec"]["containers"]
+    assert launcher == [{"name": "launcher", "env": [{"name": "A", "value": "1"}]}]
+    replicas["Worker"]["template"]["spec"]["containers"][0]["command"] = [""]
+    job, _ = convert(mpijob)
+    assert "command" not in job["spec"]["worker"]["template"]["spec"]["containers"][0]
 
 
 def test_a_rank_count_that_disagrees_with_the_workers_is_pointed_out() -> None:
@@ -117,7 +179,7 @@ def test_the_cli_prints_yaml_and_warns_on_stderr(tmp_path: Path) -> None:
     with redirect_stdout(out), redirect_stderr(err):
         assert hvjob(["convert", str(source)]) == 0
     assert yaml.safe_load(out.getvalue())["kind"] == "HorovodJob"
-    assert "warning: launcher option '-bind-to none'" in err.getvalue()
+    assert "warning: the workers run the image's own sshd" in err.getvalue()
     with redirect_stderr(io.StringIO()) as err2:
         assert hvjob(["convert", str(tmp_path / "missing.yaml")]) == 1
     assert "error:" in err2.getvalue()

@@ -55,16 +55,16 @@ def horovodrun(
     per_rank: bool = False,
     env: dict[str, str] | None = None,
     timeout: float = 240,
+    module: str = "horovod_worker.train",
 ) -> Run:
     """Run ``horovodrun -np N -H localhost:N --<mode> python -m horovod_worker.train ARGS``.
 
+    ``module``: another entry point with the same contract (horovod_worker.benchmark).
     ``per_rank``: start through tests/support/per_rank.py, which replaces
     "{rank}" in ARGS with each process's rank (different seeds or directories).
     """
     trainer = (
-        [sys.executable, str(HERE / "per_rank.py")]
-        if per_rank
-        else [sys.executable, "-m", "horovod_worker.train"]
+        [sys.executable, str(HERE / "per_rank.py")] if per_rank else [sys.executable, "-m", module]
     )
     command = [
         str(HOROVODRUN),

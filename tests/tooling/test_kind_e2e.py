@@ -43,7 +43,7 @@ def test_cpu_variant_keeps_other_resources() -> None:
 
 def test_examples_expect_success_unless_annotated() -> None:
     for path in sorted((REPO / "examples").glob("*.yaml")):
-        job = yaml.safe_load(path.read_text())
+        job = kind_e2e.horovod_job(list(yaml.safe_load_all(path.read_text())))
         assert kind_e2e.expected_phase(job) in ("Succeeded", "Failed"), path
     assert kind_e2e.expected_phase({"metadata": {}}) == "Succeeded"
     failing = {"metadata": {"annotations": {kind_e2e.EXPECT_ANNOTATION: "Failed"}}}
@@ -74,3 +74,16 @@ def test_kubernetes_timestamps_with_nanoseconds_parse() -> None:
     stamp = kind_e2e._parse_time("2026-12-01T07:30:01.123456789Z")
     created = kind_e2e._parse_time("2026-12-01T07:30:00Z")
     assert (stamp - created).total_seconds() == 1.123456
+
+
+def test_a_claim_gets_a_volume_bound_ahead_and_other_documents_none() -> None:
+    documents = list(
+        yaml.safe_load_all((REPO / "examples" / "pytorch-digits-pvc.yaml").read_text())
+    )
+    [volume] = kind_e2e.volumes_for_claims(documents, "standard")
+    spec = volume["spec"]
+    assert spec["claimRef"] == {"namespace": "default", "name": "pytorch-digits-checkpoints"}
+    assert spec["storageClassName"] == "standard" and spec["accessModes"] == ["ReadWriteMany"]
+    assert spec["hostPath"]["path"].startswith(kind_e2e.VOLUME_ROOT)
+    own_script = REPO / "examples" / "pytorch-own-script.yaml"
+    assert kind_e2e.volumes_for_claims(list(yaml.safe_load_all(own_script.read_text())), "x") == []

@@ -82,6 +82,9 @@ def test_help_explains_each_option() -> None:
             "--backward-passes-per-step needs --mode fit",
         ),
         (["--backward-passes-per-step=0"], "must be a positive integer"),
+        (["--amp-dtype=bfloat16"], "--amp-dtype needs --amp"),
+        (["--amp", "--amp-dtype=float8"], "invalid choice: 'float8'"),
+        (["--framework=tensorflow", "--clip-grad-norm=1"], "--clip-grad-norm is implemented"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(
@@ -126,3 +129,10 @@ def test_expected_size_mismatch_names_both_sizes_and_the_gloo_fix() -> None:
 def test_expected_size_must_be_an_integer() -> None:
     with pytest.raises(WorkerError, match="is not an integer"):
         check_expected_size(2, {contract.ENV_EXPECTED_SIZE: "two"})
+
+
+def test_sync_batchnorm_implies_batchnorm_and_amp_defaults_to_auto() -> None:
+    config = parse_config(["--sync-batchnorm", "--amp"])
+    assert config.sync_batchnorm and config.batchnorm
+    assert config.amp and config.amp_dtype == "auto" and config.clip_grad_norm is None
+    assert not parse_config([]).amp and not parse_config([]).batchnorm

@@ -19,6 +19,7 @@ from horovod_worker.common import (
     rank_line,
 )
 from horovod_worker.data import (
+    CSV_LABEL,
     MNIST_FILES,
     DataError,
     eval_shard,
@@ -27,6 +28,7 @@ from horovod_worker.data import (
     read_idx,
     write_idx,
 )
+from tests.support.datasets import CLASSES, write_csv, write_image_folder
 
 
 def write_mnist(
@@ -212,3 +214,58 @@ def test_result_line_found_when_another_rank_cuts_it() -> None:
     line = contract.result_line({"framework": "pytorch", "size": 2})
     output = f"[1,0]<stdout>:{line[:30]}[1,1]<stdout>:rank 1 noise\n[1,0]<stdout>:{line[30:]}\n"
     assert parse_result(output) == {"framework": "pytorch", "size": 2}
+
+
+def test_image_folder_reads_classes_from_subdirectories(tmp_path: Path) -> None:
+    write_image_folder(tmp_path, per_class=6, side=10)
+    data = load("imagefolder", tmp_path, image_size=8)
+    assert data.num_classes == len(CLASSES)
+    assert data.x_train.shape == (18, 8, 8, 3) and data.x_test.shape == (6, 8, 8, 3)
+    assert data.x_train.dtype == np.float32 and 0.0 <= data.x_train.min() <= data.x_train.max() <= 1
+    # Class = the brightest channel, read back through PNG and JPEG alike.
+    brightest = data.x_train.mean(axis=(1, 2)).argmax(axis=1)
+    assert (brightest == data.y_train).all()
+
+
+def test_image_folder_without_test_dir_splits_off_a_fixed_fifth(tmp_path: Path) -> None:
+    write_image_folder(tmp_path, per_class=10, side=6, test=False)
+    first = load("imagefolder", tmp_path, image_size=6)
+    second = load("imagefolder", tmp_path, image_size=6)
+    assert (len(first.y_train), len(first.y_test)) == (24, 6)
+    assert (first.y_test == second.y_test).all()
+
+
+def test_image_folder_errors_name_the_path_and_layout(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        load("imagefolder", tmp_path / "nope")
+    (tmp_path / "train").mkdir()
+    with pytest.raises(DataError, match="no class subdirectories"):
+        load("imagefolder", tmp_path)
+    (tmp_path / "train" / "cat").mkdir()
+    (tmp_path / "train" / "cat" / "x.png").write_bytes(b"not a png")
+    (tmp_path / "train" / "cat" / "y.png").write_bytes(b"not a png")
+    with pytest.raises(DataError, match=r"cannot read image .*x\.png"):
+        load("imagefolder", tmp_path)
+
+
+def test_csv_reads_features_and_label_column_and_standardizes(tmp_path: Path) -> None:
+    write_csv(tmp_path / "train.csv", rows=50, features=4)
+    data = load("csv", tmp_path)
+    assert data.x_train.shape == (40, 1, 4, 1) and data.x_test.shape == (10, 1, 4, 1)
+    assert data.num_classes == 3
+    assert np.allclose(data.x_train.mean(axis=0), 0, atol=1e-5)
+    assert np.allclose(data.x_train.std(axis=0), 1, atol=1e-4)
+
+
+def test_csv_errors_name_the_file_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=r"train\.csv does not exist"):
+        load("csv", tmp_path)
+    (tmp_path / "train.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(DataError, match=f"no '{CSV_LABEL}' column"):
+        load("csv", tmp_path)
+    (tmp_path / "train.csv").write_text("a,label\n1,x\n")
+    with pytest.raises(DataError, match="must be a number"):
+        load("csv", tmp_path)
+    (tmp_path / "train.csv").write_text("a,label\n1,0.5\n")
+    with pytest.raises(DataError, match="class indices"):
+        load("csv", tmp_path)

@@ -22,6 +22,7 @@ def test_worker_versions_are_pinned_in_versions_env() -> None:
         "HOROVOD_VERSION",
         "HOROVOD_SDIST_SHA256",
         "TORCH_VERSION",
+        "TORCHVISION_VERSION",
         "TENSORFLOW_VERSION",
         "TF_KERAS_VERSION",
         "SCIKIT_LEARN_VERSION",

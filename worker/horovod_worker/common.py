@@ -47,11 +47,18 @@ class TrainConfig:
     synthetic_samples: int
     threads: int | None
     allow_cpu: bool = False
+    image_size: int = 32
     # Horovod's performance options (docs/worker.md).
     fp16_allreduce: bool = False
     adasum: bool = False
     backward_passes_per_step: int = 1
     gradient_predivide_factor: float = 1.0
+    # Mixed precision and batch normalization (docs/worker.md).
+    amp: bool = False
+    amp_dtype: str = "auto"  # auto: float16 on GPUs, bfloat16 on CPUs
+    clip_grad_norm: float | None = None
+    batchnorm: bool = False
+    sync_batchnorm: bool = False
 
 
 def log(rank: int, message: str) -> None:
@@ -188,6 +195,23 @@ class EpochMetrics:
     samples_per_sec: float
     lr: float
 
+    @classmethod
+    def from_totals(
+        cls, epoch: int, totals: list[float], test: tuple[float, float], size: int, lr: float
+    ) -> "EpochMetrics":
+        """From an epoch's sums over the ranks, [loss x samples, correct, samples,
+        seconds (each rank's)]: the training metrics of the samples this run saw."""
+        samples = max(totals[2], 1.0)
+        return cls(
+            epoch=epoch,
+            train_loss=totals[0] / samples,
+            train_accuracy=totals[1] / samples,
+            test_loss=test[0],
+            test_accuracy=test[1],
+            samples_per_sec=totals[2] / max(totals[3] / size, 1e-9),
+            lr=lr,
+        )
+
     def progress_line(self, epochs: int) -> str:
         return (
             f"epoch {self.epoch}/{epochs} loss={self.train_loss:.4f} "
@@ -246,9 +270,68 @@ def run_summary(
             "adasum": config.adasum,
             "backward_passes_per_step": config.backward_passes_per_step,
             "gradient_predivide_factor": config.gradient_predivide_factor,
+            "amp": config.amp,
+            "amp_dtype": config.amp_dtype,
+            "clip_grad_norm": config.clip_grad_norm,
+            "batchnorm": config.batchnorm or config.sync_batchnorm,
+            "sync_batchnorm": config.sync_batchnorm,
         },
+        # Per rank: a checksum of the batch-norm running statistics (None without
+        # batch norm). They are buffers, not parameters: the optimizer never
+        # averages them, so only --sync-batchnorm makes them equal on every rank.
+        "bn_stat_checksums": [r.get("bn_checksum") for r in per_rank],
         "param_sq_norm": param_sq_norm,
     }
+
+
+def elastic_summary(
+    hvd: Any,
+    state: Any,
+    *,
+    framework: str,
+    config: TrainConfig,
+    dataset: str,
+    host: str,
+    device: str,
+    checksum: str,
+    test: tuple[float, float],
+    param_sq_norm: float,
+) -> dict[str, Any]:
+    """The HVJOB_RESULT of an elastic run (torch_elastic, tf_elastic): run_summary's
+    fields, every rank's (a collective), the steps, and the sizes it trained at.
+    A rank that joined mid-run had no start of its own: its checksums are all the
+    final one."""
+    per_rank = hvd.allgather_object(
+        {
+            "hostname": host,
+            "local_rank": hvd.local_rank(),
+            "device": device,
+            "initial_checksum": checksum,
+            "start_checksum": checksum,
+            "checksum": checksum,
+            "epoch_orders": [],
+            "optimizer_updates": state.step,
+        },
+        name="elastic_summary",
+    )
+    size = hvd.size()
+    result = run_summary(
+        framework=framework,
+        mode="elastic",
+        dataset=dataset,
+        size=size,
+        config=config,
+        start_epoch=state.start_epoch,
+        resumed_from=state.resumed_from,
+        history=[EpochMetrics(**m) for m in state.history],
+        test_loss=test[0],
+        test_accuracy=test[1],
+        per_rank=per_rank,
+        param_sq_norm=param_sq_norm,
+    )
+    result["steps"] = state.step
+    result["elastic"] = {"sizes": list(state.sizes), "final_size": size}
+    return result
 
 
 def parse_result(output: str) -> dict[str, Any]:

@@ -8,6 +8,17 @@ internet, and a download race between ranks corrupts files):
 - ``mnist``: the four MNIST IDX files (optionally gzipped) in ``--data-dir``.
 - ``synthetic``: random images with labels from a fixed random linear
   teacher, so that a model can learn them; for throughput runs.
+- ``imagefolder``: ``--data-dir/train/<class>/<image>`` (PNG, JPEG, ... read
+  with Pillow, resized to ``--image-size``, RGB), the test set from
+  ``--data-dir/test/<class>/`` (or ``val/``) or else a fixed 20% of train.
+- ``csv``: ``--data-dir/train.csv`` (and ``test.csv`` or a fixed 20%): a
+  header row, numeric feature columns and an integer ``label`` column; the
+  features are standardized with the train set's mean and deviation and fed
+  to the same network as 1 x F single-channel "images".
+
+Every rank reads the files itself from the mounted path (a PVC, NFS, ...) and
+trains on its own shard of the samples (DistributedSampler / tf.data shard); the
+whole set is decoded into memory at start, which suits datasets up to a few GB.
 
 The train/test split is fixed (not tied to ``--seed``) so that every rank
 holds the same split whatever seed it was started with.
@@ -20,7 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-DATASETS = ("digits", "mnist", "synthetic")
+DATASETS = ("digits", "mnist", "synthetic", "imagefolder", "csv")
+# Datasets read from --data-dir.
+DIR_DATASETS = ("mnist", "imagefolder", "csv")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+CSV_LABEL = "label"
 NUM_CLASSES = 10
 SPLIT_SEED = 0
 
@@ -38,7 +53,7 @@ class DataError(RuntimeError):
 
 @dataclass(frozen=True)
 class Dataset:
-    """Images as float32 in [0, 1] with shape (n, height, width, 1); int64 labels."""
+    """Images as float32 with shape (n, height, width, channels); int64 labels."""
 
     name: str
     x_train: np.ndarray
@@ -53,8 +68,16 @@ class Dataset:
         return (int(shape[0]), int(shape[1]), int(shape[2]))
 
 
-def load(name: str, data_dir: Path | None = None, synthetic_samples: int = 4096) -> Dataset:
+def load(
+    name: str, data_dir: Path | None = None, synthetic_samples: int = 4096, image_size: int = 32
+) -> Dataset:
     """Load a dataset by name; raises DataError with a one-line reason."""
+    if name in ("imagefolder", "csv"):
+        if data_dir is None:
+            raise DataError(f"--dataset {name} needs --data-dir")
+        if name == "imagefolder":
+            return load_image_folder(data_dir, image_size)
+        return load_csv(data_dir)
     if name == "digits":
         return load_digits()
     if name == "mnist":
@@ -179,3 +202,120 @@ def eval_shard(num_samples: int, rank: int, size: int) -> slice:
     per_rank, extra = divmod(num_samples, size)
     start = rank * per_rank + min(rank, extra)
     return slice(start, start + per_rank + (1 if rank < extra else 0))
+
+
+def _split(count: int) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed 80/20 train/test split of ``count`` samples (independent of --seed)."""
+    order = np.random.default_rng(SPLIT_SEED).permutation(count)
+    cut = count - max(count // 5, 1)
+    return order[:cut], order[cut:]
+
+
+def image_folder_files(root: Path) -> tuple[list[str], list[tuple[Path, int]]]:
+    """Class names (sorted subdirectory names) and (file, class index) pairs, sorted."""
+    if not root.is_dir():
+        raise DataError(f"image folder {root} does not exist (expected {root}/<class>/<image>)")
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise DataError(f"image folder {root} has no class subdirectories ({root}/<class>/...)")
+    files = [
+        (path, index)
+        for index, name in enumerate(classes)
+        for path in sorted((root / name).rglob("*"))
+        if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file()
+    ]
+    if not files:
+        raise DataError(f"image folder {root} has no images ({', '.join(IMAGE_SUFFIXES)})")
+    return classes, files
+
+
+def read_images(files: list[tuple[Path, int]], image_size: int) -> tuple[np.ndarray, np.ndarray]:
+    from PIL import Image, UnidentifiedImageError
+
+    images = np.empty((len(files), image_size, image_size, 3), dtype=np.float32)
+    for i, (path, _) in enumerate(files):
+        try:
+            with Image.open(path) as image:
+                rgb = image.convert("RGB").resize(
+                    (image_size, image_size), Image.Resampling.BILINEAR
+                )
+        except (OSError, UnidentifiedImageError) as exc:
+            raise DataError(f"cannot read image {path}: {exc}") from None
+        images[i] = np.asarray(rgb, dtype=np.float32) / 255.0
+    return images, np.array([label for _, label in files], dtype=np.int64)
+
+
+def load_image_folder(data_dir: Path, image_size: int) -> Dataset:
+    train_root = data_dir / "train"
+    classes, train_files = image_folder_files(train_root)
+    test_root = next((data_dir / n for n in ("test", "val") if (data_dir / n).is_dir()), None)
+    if test_root is not None:
+        test_classes, test_files = image_folder_files(test_root)
+        if test_classes != classes:
+            raise DataError(
+                f"{test_root} has classes {test_classes}, {train_root} has {classes}: "
+                "they must be the same subdirectories"
+            )
+        x_train, y_train = read_images(train_files, image_size)
+        x_test, y_test = read_images(test_files, image_size)
+    else:
+        if len(train_files) < 2:
+            raise DataError(f"{train_root} needs at least 2 images to split off a test set")
+        images, labels = read_images(train_files, image_size)
+        train, test = _split(len(labels))
+        x_train, y_train, x_test, y_test = images[train], labels[train], images[test], labels[test]
+    return Dataset("imagefolder", x_train, y_train, x_test, y_test, num_classes=len(classes))
+
+
+def read_csv(path: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Feature names, features (float32) and labels (int64) of one CSV file."""
+    import csv
+
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(rows) < 2:
+        raise DataError(f"{path} needs a header row and at least one data row")
+    header = [name.strip() for name in rows[0]]
+    if CSV_LABEL not in header:
+        raise DataError(f"{path} has no '{CSV_LABEL}' column (header: {', '.join(header)})")
+    label_at = header.index(CSV_LABEL)
+    features = [name for name in header if name != CSV_LABEL]
+    if not features:
+        raise DataError(f"{path} has no feature columns besides '{CSV_LABEL}'")
+    try:
+        table = np.array([[float(v) for v in row] for row in rows[1:]], dtype=np.float64)
+    except ValueError as exc:
+        raise DataError(f"{path}: every value must be a number ({exc})") from None
+    labels = table[:, label_at]
+    if np.any(labels < 0) or np.any(labels != np.round(labels)):
+        raise DataError(f"{path}: '{CSV_LABEL}' must hold class indices 0, 1, 2, ...")
+    x = np.delete(table, label_at, axis=1).astype(np.float32)
+    return features, x, labels.astype(np.int64)
+
+
+def load_csv(data_dir: Path) -> Dataset:
+    train_path = data_dir / "train.csv"
+    if not train_path.is_file():
+        raise DataError(f"{train_path} does not exist (--dataset csv reads train.csv, test.csv)")
+    features, x, y = read_csv(train_path)
+    test_path = data_dir / "test.csv"
+    if test_path.is_file():
+        test_features, x_test, y_test = read_csv(test_path)
+        if test_features != features:
+            raise DataError(f"{test_path} has columns {test_features}, train.csv {features}")
+        x_train, y_train = x, y
+    else:
+        train, test = _split(len(y))
+        x_train, y_train, x_test, y_test = x[train], y[train], x[test], y[test]
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0)
+    std[std == 0] = 1.0
+    num_classes = int(max(y_train.max(), y_test.max() if len(y_test) else 0)) + 1
+
+    def shaped(a: np.ndarray) -> np.ndarray:
+        standardized: np.ndarray = ((a - mean) / std).astype(np.float32)
+        return standardized[:, np.newaxis, :, np.newaxis]
+
+    return Dataset("csv", shaped(x_train), y_train, shaped(x_test), y_test, num_classes)

@@ -45,7 +45,7 @@ import horovod_contract as contract
 from .gloo_launcher import DONE_SCOPE
 
 PREFIX = "gloo_worker:"
-# How long the ranks have after SIGTERM (a peer failed) before SIGKILL.
+# How long the other ranks have after one failed (SIGTERM) before SIGKILL.
 STOP_GRACE_SECONDS = 10.0
 # How often a waiting worker says what it waits for.
 WAIT_REPORT_SECONDS = 10.0
@@ -91,28 +91,37 @@ def _int(env: Mapping[str, str], name: str, minimum: int) -> int:
     return value
 
 
-def plan_from_env(env: Mapping[str, str]) -> Plan:
-    """The plan from contract.ENV_* (PlanError names a missing or bad variable)."""
-    missing = [
-        name
-        for name in (
-            contract.ENV_GLOO_RENDEZVOUS,
-            contract.ENV_WORKER_INDEX,
-            contract.ENV_WORKER_HOST,
-            contract.ENV_WORKER_COUNT,
-            contract.ENV_SLOTS_PER_WORKER,
-        )
-        if not env.get(name)
-    ]
+def require_env(env: Mapping[str, str], names: Sequence[str], jobs: str) -> None:
+    """PlanError naming every variable of `names` that `env` lacks (`jobs`: which
+    HorovodJobs' pods get them from the operator)."""
+    missing = [name for name in names if not env.get(name)]
     if missing:
         raise PlanError(
             f"{', '.join(missing)} not set: this runs in the worker pods of a HorovodJob "
-            "with launchMode: gloo, whose operator sets them"
+            f"with {jobs}, whose operator sets them"
         )
+
+
+def rendezvous_address(env: Mapping[str, str]) -> tuple[str, int]:
+    """contract.ENV_GLOO_RENDEZVOUS as (host, port); PlanError when it is not that."""
     address = env[contract.ENV_GLOO_RENDEZVOUS]
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise PlanError(f"{contract.ENV_GLOO_RENDEZVOUS} must be <host>:<port>, got {address!r}")
+    return host, int(port)
+
+
+def plan_from_env(env: Mapping[str, str]) -> Plan:
+    """The plan from contract.ENV_* (PlanError names a missing or bad variable)."""
+    names = (
+        contract.ENV_GLOO_RENDEZVOUS,
+        contract.ENV_WORKER_INDEX,
+        contract.ENV_WORKER_HOST,
+        contract.ENV_WORKER_COUNT,
+        contract.ENV_SLOTS_PER_WORKER,
+    )
+    require_env(env, names, "launchMode: gloo")
+    host, port = rendezvous_address(env)
     timeout_text = env.get(contract.ENV_GLOO_RENDEZVOUS_TIMEOUT) or str(DEFAULT_TIMEOUT_SECONDS)
     try:
         timeout = float(timeout_text)
@@ -123,7 +132,7 @@ def plan_from_env(env: Mapping[str, str]) -> Plan:
         ) from None
     plan = Plan(
         rendezvous_host=host,
-        rendezvous_port=int(port),
+        rendezvous_port=port,
         timeout=timeout,
         index=_int(env, contract.ENV_WORKER_INDEX, 0),
         host=env[contract.ENV_WORKER_HOST],
@@ -239,6 +248,60 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def spawn(command: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """One rank process, in a process group of its own (signals reach its children)."""
+    return subprocess.Popen(
+        list(command),
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+class TaggedOutput:
+    """Copies rank processes' output to this process's own, each line tagged
+    ``[rank]<stdout>:`` (or ``<stderr>``) as horovodrun --gloo tags it; lines of
+    different ranks never interleave."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pumps: list[threading.Thread] = []
+
+    def follow(self, rank: int, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        for stream, name, sink in (
+            (proc.stdout, "stdout", sys.stdout.buffer),
+            (proc.stderr, "stderr", sys.stderr.buffer),
+        ):
+            pump = threading.Thread(target=self._pump, args=(rank, name, stream, sink), daemon=True)
+            pump.start()
+            self._pumps.append(pump)
+
+    def join(self, timeout: float = 5) -> None:
+        for pump in self._pumps:
+            pump.join(timeout=timeout)
+
+    def _pump(self, rank: int, name: str, stream: IO[bytes], sink: IO[bytes]) -> None:
+        tag = f"[{rank}]<{name}>:".encode()
+        for line in iter(stream.readline, b""):
+            if not line.endswith(b"\n"):
+                line += b"\n"
+            with self._lock:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                sink.write(tag + line)
+                sink.flush()
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Signal a rank's whole process group, if it still runs."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+
 class Ranks:
     """This worker's rank processes: started, their output tagged, signalled, awaited."""
 
@@ -247,53 +310,22 @@ class Ranks:
         self.command = list(command)
         self.env = dict(env)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
-        self._pumps: list[threading.Thread] = []
-        self._out_lock = threading.Lock()
+        self._output = TaggedOutput()
 
     def start(self) -> None:
         for slot in range(self.plan.slots):
             rank = self.plan.rank(slot)
-            env = {**self.env, **rank_env(self.plan, slot)}
-            proc = subprocess.Popen(
-                self.command,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # a group of its own: signals reach its children
-            )
+            proc = spawn(self.command, {**self.env, **rank_env(self.plan, slot)})
             self.procs[rank] = proc
-            assert proc.stdout is not None and proc.stderr is not None
-            for stream, name, sink in (
-                (proc.stdout, "stdout", sys.stdout.buffer),
-                (proc.stderr, "stderr", sys.stderr.buffer),
-            ):
-                pump = threading.Thread(
-                    target=self._pump, args=(rank, name, stream, sink), daemon=True
-                )
-                pump.start()
-                self._pumps.append(pump)
-
-    def _pump(self, rank: int, name: str, stream: IO[bytes], sink: IO[bytes]) -> None:
-        tag = f"[{rank}]<{name}>:".encode()
-        for line in iter(stream.readline, b""):
-            if not line.endswith(b"\n"):
-                line += b"\n"
-            with self._out_lock:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                sink.write(tag + line)
-                sink.flush()
+            self._output.follow(rank, proc)
 
     def signal(self, sig: int) -> None:
         for proc in self.procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
+            signal_group(proc, sig)
 
-    def wait(self, stopping: threading.Event) -> int:
+    def wait(self) -> int:
         """Wait for every rank; returns the first non-zero exit code, or 0. A rank
-        failing (or `stopping` being set) stops the others."""
+        failing stops the others."""
         first: tuple[int, int] | None = None
         stop_at: float | None = None
         while True:
@@ -312,14 +344,16 @@ class Ranks:
                         )
             if not running:
                 break
-            if stop_at is None and (first is not None or stopping.is_set()):
+            # A rank failed: the others stop (SIGKILL after a grace). A SIGTERM to
+            # the pod was forwarded already: the ranks take what the kubelet
+            # gives (terminationGracePeriodSeconds) to write their checkpoint.
+            if stop_at is None and first is not None:
                 self.signal(signal.SIGTERM)
                 stop_at = time.monotonic() + STOP_GRACE_SECONDS
             elif stop_at is not None and time.monotonic() > stop_at:
                 self.signal(signal.SIGKILL)
             time.sleep(0.1)
-        for pump in self._pumps:
-            pump.join(timeout=5)
+        self._output.join()
         if first is not None:
             return first[1]
         codes = [exit_code_of(p.returncode) for p in self.procs.values() if p.returncode]
@@ -375,7 +409,7 @@ def run(plan: Plan, command: Sequence[str], env: Mapping[str, str]) -> int:
         say(f"cannot start {command[0]!r}: {error}")
         ranks.signal(signal.SIGKILL)
         return 127 if isinstance(error, FileNotFoundError) else 126
-    code = ranks.wait(stopping)
+    code = ranks.wait()
     say(
         f"worker {plan.index}: every rank ended; exit code {code}"
         + ("" if code == 0 else " (the first rank to fail)")

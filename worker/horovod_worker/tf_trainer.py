@@ -51,6 +51,7 @@ from horovod_worker.devices import (
     default_threads,
     select_for_pod,
 )
+from horovod_worker.preemption import Preempted, StopOnSignal
 
 keras = tf.keras
 
@@ -85,15 +86,52 @@ def pin_device(local_rank: int, local_size: int, allow_cpu: bool = False) -> Dev
     return choice
 
 
-def build_model(dataset: Dataset, hidden: int) -> Any:
+def build_model(
+    dataset: Dataset, hidden: int, batchnorm: bool = False, sync_batchnorm: bool = False
+) -> Any:
+    if sync_batchnorm:
+        # Moments allreduced over all ranks (CPU and GPU alike: plain TF ops).
+        norm: list[Any] = [hvd.SyncBatchNormalization()]
+    elif batchnorm:
+        norm = [keras.layers.BatchNormalization()]
+    else:
+        norm = []
     model = keras.Sequential(
         [
             keras.layers.Flatten(input_shape=dataset.image_shape),
-            keras.layers.Dense(hidden, activation="relu"),
-            keras.layers.Dense(dataset.num_classes),
+            keras.layers.Dense(hidden, activation=None if norm else "relu"),
+            *norm,
+            *([keras.layers.ReLU()] if norm else []),
+            # Logits in float32 under a mixed policy: a float16 softmax overflows.
+            keras.layers.Dense(dataset.num_classes, dtype="float32"),
         ]
     )
     return model
+
+
+def amp_policy(config: TrainConfig, on_gpu: bool) -> str | None:
+    """The Keras mixed-precision policy of --amp: float16 on GPUs, bfloat16 on CPUs."""
+    if not config.amp:
+        return None
+    dtype = config.amp_dtype
+    if dtype == "auto":
+        dtype = "float16" if on_gpu else "bfloat16"
+    return f"mixed_{dtype}"
+
+
+def forward_dtype(model: Any, images: Any) -> str:
+    """The type the hidden layer really computes in (proof that a policy took effect)."""
+    return str(model.layers[1](model.layers[0](images[:1])).dtype.name)
+
+
+def batchnorm_checksum(model: Any) -> str | None:
+    stats = [
+        np.asarray(variable)
+        for layer in model.layers
+        if isinstance(layer, keras.layers.BatchNormalization)
+        for variable in (layer.moving_mean, layer.moving_variance)
+    ]
+    return checksum(stats) if stats else None
 
 
 def optimizer_variables(optimizer: Any) -> list[Any]:
@@ -114,7 +152,9 @@ def build_optimizer_state(optimizer: Any, model: Any) -> None:
 
 
 def weights_checksum(model: Any) -> str:
-    return checksum(np.asarray(w) for w in model.get_weights())
+    """Checksum of the trainable weights (batch norm's moving statistics are not
+    averaged by the optimizer: batchnorm_checksum covers them)."""
+    return checksum(np.asarray(w) for w in model.trainable_weights)
 
 
 def epoch_order(num_samples: int, size: int, seed: int, epoch: int) -> np.ndarray:
@@ -202,7 +242,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         if config.adasum and not hvd.mpi_enabled():
             raise WorkerError(ADASUM_NEEDS_MPI)
         check_legacy_keras()
-        dataset = load(config.dataset, config.data_dir, config.synthetic_samples)
+        dataset = load(config.dataset, config.data_dir, config.synthetic_samples, config.image_size)
         if rank == 0 and config.checkpoint_dir is not None:
             ensure_writable_dir(config.checkpoint_dir, "checkpoint dir")
         if rank == 0 and config.log_dir is not None:
@@ -218,8 +258,15 @@ def run(config: TrainConfig) -> dict[str, Any]:
 
     # The model from this rank's seed; the broadcast below makes all ranks equal.
     keras.utils.set_random_seed(config.seed)
-    model = build_model(dataset, config.hidden)
+    policy = amp_policy(config, choice.is_gpu)
+    if policy is not None:
+        keras.mixed_precision.set_global_policy(policy)
+    model = build_model(dataset, config.hidden, config.batchnorm, config.sync_batchnorm)
     optimizer = keras.optimizers.SGD(learning_rate=config.lr, momentum=config.momentum)
+    if policy == "mixed_float16" and config.mode == "tape":
+        # float16 gradients underflow without loss scaling; bfloat16 has float32's
+        # range. (model.compile wraps the optimizer itself in --mode fit.)
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     if config.mode == "fit":
         optimizer = hvd_keras.DistributedOptimizer(
             optimizer,
@@ -267,7 +314,22 @@ def run(config: TrainConfig) -> dict[str, Any]:
     if config.mode == "fit":
         train_epoch = _fit_epochs(config, model, optimizer, dataset, size, rank, data_seed, steps)
     else:
-        train_epoch = _tape_epochs(config, model, optimizer, dataset, size, rank, data_seed, steps)
+        # Checkpoint on SIGTERM (preemption.py), in the custom loop: the ranks look
+        # at the signal together every HVJOB_STOP_CHECK_EVERY steps.
+        stop = StopOnSignal()
+
+        def on_step(epoch: int, step: int) -> None:
+            if stop.due(step) and stop.agreed(_allreduce_max):
+                _stop_with_checkpoint(checkpoints, rank, epoch, step)
+
+        # A checkpoint's batches done within its epoch, from its step (the same
+        # size and batch size give the same steps per epoch; anything else starts
+        # that epoch over).
+        done = step - start_epoch * steps
+        skip = (start_epoch, done if 0 < done < steps else 0)
+        train_epoch = _tape_epochs(
+            config, model, optimizer, dataset, size, rank, data_seed, steps, on_step, skip
+        )
 
     history: list[EpochMetrics] = []
     epoch_orders: list[str] = []
@@ -318,6 +380,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             "start_checksum": start_checksum,
             "checksum": weights_checksum(model),
             "epoch_orders": epoch_orders,
+            "bn_checksum": batchnorm_checksum(model),
         },
         name="rank_summary",
     )
@@ -337,12 +400,44 @@ def run(config: TrainConfig) -> dict[str, Any]:
         param_sq_norm=float(sum(np.sum(w * w) for w in weights)),
     )
     result["keras_version"] = keras_version()
+    result["amp"] = {
+        "enabled": config.amp,
+        "policy": policy,
+        "forward_dtype": forward_dtype(model, dataset.x_test),
+        "loss_scaling": isinstance(
+            getattr(model, "optimizer", None) or optimizer,
+            keras.mixed_precision.LossScaleOptimizer,
+        ),
+    }
+    result["batchnorm_layer"] = next(
+        (type(layer).__name__ for layer in model.layers if "BatchNorm" in type(layer).__name__),
+        None,
+    )
     if rank == 0:
         print(contract.result_line(result), flush=True)
     return result
 
 
 EpochFn = Callable[[int, int], tuple[float, float, float, int, float]]
+
+
+def _allreduce_max(value: float) -> float:
+    return float(hvd.allreduce(tf.constant([value]), op=hvd.Max, name="stop_request")[0])
+
+
+def _stop_with_checkpoint(checkpoints: Any, rank: int, epoch: int, step: int) -> None:
+    """Every rank, at the agreed step: rank 0 saves (`epoch` epochs done, and the
+    step within the next), all wait for it, all stop."""
+    error = None
+    where = "no --checkpoint-dir: nothing saved"
+    if rank == 0 and checkpoints is not None:
+        try:
+            checkpoints.save(epoch, step)
+            where = f"checkpoint {checkpoints.manager.latest_checkpoint}"
+        except (OSError, tf.errors.OpError) as exc:
+            error = f"SIGTERM: cannot write the checkpoint: {exc}"
+    agree_on_error(hvd, error)  # a collective: nobody leaves before rank 0 saved
+    raise Preempted(f"stopped on SIGTERM at epoch {epoch + 1}, step {step}; {where}")
 
 
 def _tape_epochs(
@@ -354,23 +449,33 @@ def _tape_epochs(
     rank: int,
     data_seed: int,
     steps: int,
+    on_step: Callable[[int, int], None] = lambda epoch, step: None,
+    skip: tuple[int, int] = (0, 0),
 ) -> EpochFn:
-    """A custom loop: gradients averaged by hvd.DistributedGradientTape."""
+    """A custom loop: gradients averaged by hvd.DistributedGradientTape. `on_step`
+    runs after every step (the agreed look at SIGTERM); `skip` is (epoch, batches)
+    already done before the checkpoint a resumed run starts from."""
     on_gpu = bool(tf.config.get_visible_devices("GPU"))
     scale = lr_scale(size, hvd.local_size(), config.adasum, on_gpu)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def step_fn(images: Any, labels: Any) -> tuple[Any, Any]:
+        scaling = isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = loss_fn(labels, logits)
+            target = optimizer.get_scaled_loss(loss) if scaling else loss
         tape = hvd.DistributedGradientTape(
             tape,
             op=hvd.Adasum if config.adasum else hvd.Average,
             compression=hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none,
             gradient_predivide_factor=config.gradient_predivide_factor,
         )
-        gradients = tape.gradient(loss, model.trainable_variables)
+        gradients = tape.gradient(target, model.trainable_variables)
+        if scaling:
+            # Unscaled after the allreduce: every rank sees the same inf/NaN and
+            # skips the same steps.
+            gradients = optimizer.get_unscaled_gradients(gradients)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
         return loss, logits
 
@@ -379,9 +484,10 @@ def _tape_epochs(
     def train_epoch(epoch: int, step: int) -> tuple[float, float, float, int, float]:
         loss_sum = correct = count = 0.0
         lr = learning_rate(step, steps, config.lr, scale, config.warmup_epochs)
-        for images, labels in epoch_dataset(
-            dataset, size, rank, data_seed, epoch, config.batch_size
-        ):
+        batches = epoch_dataset(dataset, size, rank, data_seed, epoch, config.batch_size)
+        if epoch == skip[0] and skip[1]:
+            batches = batches.skip(skip[1])  # done before the preemption resumed from
+        for images, labels in batches:
             lr = learning_rate(step, steps, config.lr, scale, config.warmup_epochs)
             optimizer.learning_rate.assign(lr)
             loss, logits = train_step(images, labels)
@@ -390,6 +496,7 @@ def _tape_epochs(
             correct += float(np.sum(np.argmax(logits.numpy(), axis=1) == labels.numpy()))
             count += n
             step += 1
+            on_step(epoch, step)
         return loss_sum, correct, count, step, lr
 
     return train_epoch

@@ -16,6 +16,7 @@ the same order, or the job hangs):
 """
 
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ from horovod_worker.devices import (
     default_threads,
     select_for_pod,
 )
+from horovod_worker.preemption import Preempted, StopOnSignal
+from horovod_worker.torch_layers import amp_dtype, batchnorm_checksum, convert_sync_batchnorm
 
 CHECKPOINT_GLOB = "checkpoint-*.pt"
 
@@ -68,11 +71,12 @@ def pin_device(choice: DeviceChoice) -> torch.device:
     return torch.device("cuda", choice.gpu_index)
 
 
-def build_model(dataset: Dataset, hidden: int) -> nn.Module:
+def build_model(dataset: Dataset, hidden: int, batchnorm: bool = False) -> nn.Module:
     height, width, channels = dataset.image_shape
     return nn.Sequential(
         nn.Flatten(),
         nn.Linear(height * width * channels, hidden),
+        *([nn.BatchNorm1d(hidden)] if batchnorm else []),
         nn.ReLU(),
         nn.Linear(hidden, dataset.num_classes),
     )
@@ -86,26 +90,82 @@ def parameter_checksum(model: nn.Module) -> str:
     return checksum(p.detach().cpu().numpy() for p in model.parameters())
 
 
+# checkpoint-<epochs done>.pt after an epoch; checkpoint-<epochs done>-<batches done
+# in the next>.pt when stopped within one (preemption.py).
+_CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)(?:-(\d+))?\.pt$")
+
+
 def newest_checkpoint(directory: Path) -> Path | None:
-    found = sorted(directory.glob(CHECKPOINT_GLOB))
-    return found[-1] if found else None
+    found = []
+    for path in directory.glob(CHECKPOINT_GLOB):
+        match = _CHECKPOINT_NAME.match(path.name)
+        if match:
+            found.append(((int(match.group(1)), int(match.group(2) or 0)), path))
+    return max(found)[1] if found else None
 
 
 def save_checkpoint(
-    directory: Path, epoch: int, step: int, model: nn.Module, optimizer: Any
+    directory: Path,
+    epoch: int,
+    step: int,
+    model: nn.Module,
+    optimizer: Any,
+    scaler: Any,
+    batch: int = 0,
 ) -> Path:
-    """Write atomically, so that a rank 0 killed mid-write leaves the previous one."""
-    path = directory / f"checkpoint-{epoch:04d}.pt"
+    """Write atomically, so that a rank 0 killed mid-write leaves the previous one.
+    `epoch` epochs are done, and `batch` batches of the next one."""
+    name = f"checkpoint-{epoch:04d}" + (f"-{batch:06d}" if batch else "")
+    path = directory / f"{name}.pt"
     tmp = path.with_suffix(".tmp")
     state = {
         "epoch": epoch,
         "step": step,
+        "batch": batch,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
     }
     torch.save(state, tmp)
     os.replace(tmp, path)
     return path
+
+
+def _allreduce_max(value: float) -> float:
+    return float(hvd.allreduce(torch.tensor([value]), op=hvd.Max, name="stop_request")[0])
+
+
+def _stop_with_checkpoint(
+    config: TrainConfig,
+    rank: int,
+    epoch: int,
+    step: int,
+    batch: int,
+    steps_per_epoch: int,
+    model: nn.Module,
+    optimizer: Any,
+    scaler: Any,
+) -> None:
+    """Every rank, at the agreed step: rank 0 saves, all wait for it, all stop."""
+    done_epochs, done_batches = (
+        (epoch + 1, 0) if batch + 1 == steps_per_epoch else (epoch, batch + 1)
+    )
+    error = None
+    if config.checkpoint_dir is None:
+        where = "no --checkpoint-dir: nothing saved"
+    else:
+        where = "rank 0 wrote the checkpoint"
+    if rank == 0 and config.checkpoint_dir is not None:
+        try:
+            path = save_checkpoint(
+                config.checkpoint_dir, done_epochs, step, model, optimizer, scaler, done_batches
+            )
+            where = f"checkpoint {path}"
+        except OSError as exc:
+            error = f"SIGTERM: cannot write the checkpoint: {exc}"
+    # A collective: no rank leaves (and no launcher kills rank 0) before the save.
+    agree_on_error(hvd, error)
+    raise Preempted(f"stopped on SIGTERM at epoch {epoch + 1}, step {step}; {where}")
 
 
 def summed(values: list[float], name: str) -> list[float]:
@@ -147,7 +207,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         choice = select_for_pod(local_rank, local_size, visible_gpus(), config.allow_cpu)
         if config.adasum and not hvd.mpi_enabled():
             raise WorkerError(ADASUM_NEEDS_MPI)
-        dataset = load(config.dataset, config.data_dir, config.synthetic_samples)
+        dataset = load(config.dataset, config.data_dir, config.synthetic_samples, config.image_size)
         if rank == 0 and config.checkpoint_dir is not None:
             ensure_writable_dir(config.checkpoint_dir, "checkpoint dir")
         if rank == 0 and config.log_dir is not None:
@@ -164,7 +224,16 @@ def run(config: TrainConfig) -> dict[str, Any]:
 
     # 2. Model and optimizer from this rank's seed; the broadcast below makes them equal.
     torch.manual_seed(config.seed)
-    model = build_model(dataset, config.hidden).to(device)
+    model = build_model(dataset, config.hidden, config.batchnorm)
+    if config.sync_batchnorm:
+        model = convert_sync_batchnorm(model, choice.is_gpu)
+    model = model.to(device)
+    # --amp: autocast's type, and a GradScaler that scales the loss for float16 only
+    # (bfloat16 has float32's range; disabled, the scaler passes everything through).
+    autocast_dtype = amp_dtype(config.amp_dtype, choice.is_gpu)
+    scaler = torch.amp.GradScaler(
+        device.type, enabled=config.amp and autocast_dtype == torch.float16
+    )
     base_optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
     passes = config.backward_passes_per_step
     optimizer = hvd.DistributedOptimizer(
@@ -178,7 +247,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     scale = lr_scale(size, local_size, config.adasum, choice.is_gpu)
     initial_checksum = parameter_checksum(model)
 
-    start_epoch, step, resumed_from = 0, 0, None
+    start_epoch, step, skip, resumed_from = 0, 0, 0, None
     error = None
     if rank == 0 and config.resume and config.checkpoint_dir is not None:
         path = newest_checkpoint(config.checkpoint_dir)
@@ -189,13 +258,16 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 state = torch.load(path, map_location=device, weights_only=True)
                 model.load_state_dict(state["model"])
                 optimizer.load_state_dict(state["optimizer"])
+                if state.get("scaler"):
+                    scaler.load_state_dict(state["scaler"])
                 start_epoch, step, resumed_from = int(state["epoch"]), int(state["step"]), str(path)
+                skip = int(state.get("batch", 0))
                 log(rank, f"resumed from {path} (epoch {start_epoch}, step {step})")
             except (OSError, RuntimeError, KeyError, ValueError) as exc:
                 error = f"cannot resume from {path}: {exc}"
     agree_on_error(hvd, error)
-    start_epoch, step, resumed_from = hvd.broadcast_object(
-        (start_epoch, step, resumed_from), root_rank=0, name="resume_point"
+    start_epoch, step, skip, resumed_from = hvd.broadcast_object(
+        (start_epoch, step, skip, resumed_from), root_rank=0, name="resume_point"
     )
 
     # 3. Every rank takes part in both broadcasts, before the first step.
@@ -225,7 +297,14 @@ def run(config: TrainConfig) -> dict[str, Any]:
     history: list[EpochMetrics] = []
     epoch_orders: list[str] = []
     updates = 0  # optimizer steps: one per --backward-passes-per-step batches
+    forward_dtype = ""  # the logits' type under autocast: proof that --amp took effect
+    skipped_updates = 0  # float16 steps the scaler skipped (inf/NaN gradients)
+    # Horovod's pattern when something must see the averaged gradients before the
+    # update (the scaler's unscale_, clipping): synchronize() waits for the
+    # allreduces, and step() inside skip_synchronize() does not wait again.
+    synchronized_step = config.amp or config.clip_grad_norm is not None
     lr = learning_rate(step, steps_per_epoch, config.lr, scale, config.warmup_epochs)
+    stop = StopOnSignal()
     for epoch in range(start_epoch, config.epochs):
         sampler.set_epoch(epoch)  # a new shuffle, the same on every rank
         epoch_orders.append(order_fingerprint(iter(sampler)))
@@ -234,21 +313,45 @@ def run(config: TrainConfig) -> dict[str, Any]:
         started = time.perf_counter()
         optimizer.zero_grad()
         for batch, (images, labels) in enumerate(loader):
+            if epoch == start_epoch and batch < skip:
+                continue  # done before the preemption this run resumes from
             lr = learning_rate(step, steps_per_epoch, config.lr, scale, config.warmup_epochs)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             images, labels = images.to(device), labels.to(device)
-            logits = model(images)
+            with torch.autocast(device.type, dtype=autocast_dtype, enabled=config.amp):
+                logits = model(images)
+            forward_dtype = forward_dtype or str(logits.dtype).removeprefix("torch.")
+            logits = logits.float()
             loss = nn.functional.cross_entropy(logits, labels)
             # With accumulation the gradient is the mean over the N batches.
-            (loss / passes).backward()  # type: ignore[no-untyped-call]
+            scaler.scale(loss / passes).backward()  # type: ignore[no-untyped-call]
             # One allreduce and update per N backward passes; the epoch's last batch
             # updates with what it has (step() allreduces the gradients still pending).
-            if (batch + 1) % passes == 0 or batch + 1 == steps_per_epoch:
-                optimizer.step()
+            updated = (batch + 1) % passes == 0 or batch + 1 == steps_per_epoch
+            if updated:
+                if synchronized_step:
+                    optimizer.synchronize()
+                    scaler.unscale_(optimizer)
+                    if config.clip_grad_norm is not None:
+                        nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
+                    with optimizer.skip_synchronize():
+                        scale_before = scaler.get_scale() if scaler.is_enabled() else 0.0
+                        scaler.step(optimizer)
+                    scaler.update()
+                    # The scale drops only when the step was skipped (the same on
+                    # every rank: they all unscale the same averaged gradients).
+                    if scaler.is_enabled() and scaler.get_scale() < scale_before:
+                        skipped_updates += 1
+                else:
+                    optimizer.step()
                 optimizer.zero_grad()
                 updates += 1
             step += 1
+            if updated and stop.due(step) and stop.agreed(_allreduce_max):
+                _stop_with_checkpoint(
+                    config, rank, epoch, step, batch, steps_per_epoch, model, optimizer, scaler
+                )
             loss_sum += loss.item() * len(labels)
             correct += float((logits.argmax(dim=1) == labels).sum())
             count += len(labels)
@@ -276,7 +379,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 writer.add_scalar("lr", lr, epoch + 1)
                 writer.flush()
             if config.checkpoint_dir is not None:
-                save_checkpoint(config.checkpoint_dir, epoch + 1, step, model, optimizer)
+                save_checkpoint(config.checkpoint_dir, epoch + 1, step, model, optimizer, scaler)
     if writer is not None:
         writer.close()
 
@@ -296,6 +399,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             "checksum": final_checksum,
             "epoch_orders": epoch_orders,
             "optimizer_updates": updates,
+            "bn_checksum": batchnorm_checksum(model),
         },
         name="rank_summary",
     )
@@ -313,6 +417,17 @@ def run(config: TrainConfig) -> dict[str, Any]:
         test_accuracy=test_accuracy,
         per_rank=per_rank,
         param_sq_norm=param_norm,
+    )
+    result["amp"] = {
+        "enabled": config.amp,
+        "autocast_dtype": str(autocast_dtype).removeprefix("torch.") if config.amp else None,
+        "forward_dtype": forward_dtype,
+        "loss_scaling": scaler.is_enabled(),
+        "final_loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+        "skipped_updates": skipped_updates,
+    }
+    result["batchnorm_layer"] = next(
+        (type(m).__name__ for m in model.modules() if "BatchNorm" in type(m).__name__), None
     )
     if rank == 0:
         print(contract.result_line(result), flush=True)

@@ -19,8 +19,10 @@ import horovod_contract as contract
 from horovod_worker.arguments import non_negative_float, positive_float, positive_int
 from horovod_worker.common import TrainConfig, WorkerError, error_exit
 from horovod_worker.data import DATASETS, DataError, mnist_paths
+from horovod_worker.preemption import EXIT_PREEMPTED, Preempted
 
 FRAMEWORKS = ("pytorch", "tensorflow")
+AMP_DTYPES = ("auto", "float16", "bfloat16")
 MODES = ("tape", "fit")
 
 
@@ -68,10 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="digits",
         help="digits: scikit-learn's bundled 8x8 digits (no download); mnist: the four "
         "MNIST IDX files in --data-dir (never downloaded); synthetic: random data for "
-        "throughput",
+        "throughput; imagefolder: --data-dir/train/<class>/<image> (and test/ or val/); "
+        "csv: --data-dir/train.csv (and test.csv) with a 'label' column",
     )
     parser.add_argument(
-        "--data-dir", type=Path, help="directory with the MNIST IDX files (plain or .gz)"
+        "--image-size",
+        type=positive_int,
+        default=32,
+        help="--dataset imagefolder: images are resized to this side (RGB)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        help="directory of --dataset mnist, imagefolder or csv (a mounted volume)",
     )
     parser.add_argument(
         "--epochs", type=positive_int, default=3, help="total epochs (a resumed run included)"
@@ -157,6 +168,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="divide gradients by F before the allreduce and by size/F after (overflow "
         "headroom for fp16; not with --adasum)",
     )
+    precision = parser.add_argument_group("Mixed precision and batch normalization")
+    precision.add_argument(
+        "--amp",
+        action="store_true",
+        help="automatic mixed precision: the forward pass in a 16-bit type (PyTorch "
+        "torch.autocast with a GradScaler; TensorFlow a mixed_* Keras policy with a "
+        "LossScaleOptimizer for float16)",
+    )
+    precision.add_argument(
+        "--amp-dtype",
+        choices=AMP_DTYPES,
+        default="auto",
+        help="the 16-bit type of --amp: auto is float16 on GPUs (with loss scaling) and "
+        "bfloat16 on CPUs (CPUs have no fast float16; bfloat16 needs no loss scaling)",
+    )
+    precision.add_argument(
+        "--clip-grad-norm",
+        type=positive_float,
+        help="PyTorch: clip the averaged, unscaled gradients to this global norm",
+    )
+    precision.add_argument(
+        "--batchnorm",
+        action="store_true",
+        help="add a batch-normalization layer after the hidden layer (statistics of "
+        "each rank's own batch)",
+    )
+    precision.add_argument(
+        "--sync-batchnorm",
+        action="store_true",
+        help="batch normalization over the global batch: statistics allreduced over all "
+        "ranks (implies --batchnorm; hvd.SyncBatchNorm on GPUs, "
+        "hvd.SyncBatchNormalization in TensorFlow)",
+    )
     parser.add_argument(
         "--allow-cpu",
         action="store_true",
@@ -174,6 +218,8 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         parser.error("--resume needs --checkpoint-dir")
     if args.dataset == "mnist" and args.data_dir is None:
         parser.error("--dataset mnist needs --data-dir (MNIST is never downloaded)")
+    if args.dataset in ("imagefolder", "csv") and args.data_dir is None:
+        parser.error(f"--dataset {args.dataset} needs --data-dir")
     if args.mode == "fit" and args.framework != "tensorflow":
         parser.error("--mode fit is the Keras path: use it with --framework tensorflow")
     if args.adasum and args.mode == "fit":
@@ -188,6 +234,10 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
             "--backward-passes-per-step needs --mode fit with TensorFlow "
             "(hvd.DistributedGradientTape has no accumulation)"
         )
+    if args.amp_dtype != "auto" and not args.amp:
+        parser.error("--amp-dtype needs --amp")
+    if args.clip_grad_norm is not None and args.framework != "pytorch":
+        parser.error("--clip-grad-norm is implemented for --framework pytorch")
     return TrainConfig(
         framework=args.framework,
         mode=args.mode,
@@ -204,12 +254,18 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         data_dir=args.data_dir,
         resume=args.resume,
         synthetic_samples=args.synthetic_samples,
+        image_size=args.image_size,
         threads=args.threads,
         allow_cpu=args.allow_cpu,
         fp16_allreduce=args.fp16_allreduce,
         adasum=args.adasum,
         backward_passes_per_step=args.backward_passes_per_step,
         gradient_predivide_factor=args.gradient_predivide_factor,
+        amp=args.amp,
+        amp_dtype=args.amp_dtype,
+        clip_grad_norm=args.clip_grad_norm,
+        batchnorm=args.batchnorm or args.sync_batchnorm,
+        sync_batchnorm=args.sync_batchnorm,
     )
 
 
@@ -220,7 +276,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # importing TensorFlow, and on every rank (each checks its own host).
         if config.dataset == "mnist" and config.data_dir is not None:
             mnist_paths(config.data_dir)
-        if config.framework == "pytorch":
+        data_dir = config.data_dir
+        if config.dataset in ("imagefolder", "csv") and data_dir and not data_dir.is_dir():
+            raise DataError(f"--data-dir {data_dir} does not exist")
+        # Horovod sets HOROVOD_ELASTIC=1 for the ranks of an elastic run (an elastic
+        # HorovodJob, or horovodrun --min-np/--max-np): the loop that survives resets.
+        elastic = os.environ.get("HOROVOD_ELASTIC") == "1"
+        if config.framework == "pytorch" and elastic:
+            from horovod_worker import torch_elastic
+
+            torch_elastic.run(config)
+        elif config.framework == "pytorch":
             from horovod_worker import torch_trainer
 
             torch_trainer.run(config)
@@ -228,9 +294,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             # horovod.tensorflow.keras works with tf-keras only (Keras 3 ranks
             # silently diverge in fit); TensorFlow reads this at import.
             os.environ["TF_USE_LEGACY_KERAS"] = "1"
-            from horovod_worker import tf_trainer
+            if elastic:
+                from horovod_worker import tf_elastic
 
-            tf_trainer.run(config)
+                tf_elastic.run(config)
+            else:
+                from horovod_worker import tf_trainer
+
+                tf_trainer.run(config)
+    except Preempted as exc:
+        # Every rank stopped at the same step, rank 0's checkpoint is on disk.
+        print(f"horovod_worker.train: {exc}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_PREEMPTED)
     except (WorkerError, DataError) as exc:
         status = error_exit(str(exc))
         if "horovod.common.basics" in sys.modules:

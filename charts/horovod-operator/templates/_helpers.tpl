@@ -57,6 +57,10 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# The start of rank 0's log, until its first-step line: time to first step.
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 # The job's Secret, ConfigMap and Service are watched (label-selected) so that
 # one deleted by hand is recreated, and a name held by another owner is seen.
 - apiGroups: [""]
@@ -76,6 +80,11 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 # Native gang scheduling: a PodGroup per attempt, created before its workers
 # (get: a 409 is checked to be the job's own). Garbage collection deletes them.
 - apiGroups: ["scheduling.k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["get", "create"]
+# The same for Volcano's and scheduler-plugins' coscheduling PodGroups
+# (gang.policy Volcano | Coscheduling; docs/volcano.md, docs/coscheduling.md).
+- apiGroups: ["scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "create"]
 # Kueue (docs/kueue.md): a job with a queue is admitted as one Workload, watched

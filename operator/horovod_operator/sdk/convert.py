@@ -2,9 +2,11 @@
 HorovodJob, with a warning for everything that does not carry over.
 
 What maps (docs/migrating-from-mpijob.md has the table): names and labels,
-slotsPerWorker, the Worker replicas, image, resources and pod template, the
-per-rank program at the end of the launcher's `mpirun`/`horovodrun` command
-(the operator writes `-np` and the hostfile itself), runPolicy
+slotsPerWorker, the Worker replicas, image, resources and pod template (its
+sshd command included), sshAuthMountPath, the per-rank program at the end of
+the launcher's `mpirun`/`horovodrun` command and its other options
+(launcher.horovodrunArgs; the operator writes `-np` and the hostfile itself),
+the launcher's env, runPolicy
 (backoffLimit, activeDeadlineSeconds, ttlSecondsAfterFinished, cleanPodPolicy,
 suspend, launcherCreationPolicy), schedulingPolicy (queue, priorityClass,
 minAvailable). Pure: YAML in, (HorovodJob, warnings) out.
@@ -13,14 +15,17 @@ minAvailable). Pure: YAML in, (HorovodJob, warnings) out.
 from __future__ import annotations
 
 import copy
+import shlex
 from typing import Any, Final
 
 from .. import names
-from ..api import API_VERSION, KIND
+from ..api import API_VERSION, GENERATED_HOROVODRUN_OPTIONS, HOROVODRUN_MCA_PARAMS, KIND
 from ..validation import GPU_RESOURCE
 
 Obj = dict[str, Any]
 
+# mpi-operator's default sshAuthMountPath.
+MPI_OPERATOR_SSH_PATH: Final = "/root/.ssh"
 LAUNCHERS: Final = ("mpirun", "mpiexec", "horovodrun", "orterun")
 # Options of mpirun/horovodrun that take a value, so the program starts after it.
 _WITH_VALUE: Final = {
@@ -32,11 +37,20 @@ _WITH_VALUE: Final = {
     "--log-level", "--timeline-filename", "--cycle-time-ms", "--cache-capacity",
     "--fusion-threshold-mb", "--min-np", "--max-np", "--host-discovery-script",
 }  # fmt: skip
-# Options whose meaning the operator provides itself: dropped without a warning.
+# Options whose meaning the operator provides itself: dropped without a warning
+# (horovodrun adds --allow-run-as-root for Open MPI itself).
 _PROVIDED: Final = {
     "-np", "-n", "-c", "--np", "-H", "--host", "-host", "--hostfile", "-hostfile",
     "--machinefile", "-machinefile", "--allow-run-as-root", "-p", "--ssh-port",
+    *GENERATED_HOROVODRUN_OPTIONS,
 }  # fmt: skip
+# MCA parameters horovodrun writes itself, and the values it writes (the same
+# given again are dropped without a warning).
+_HOROVODRUN_MCA_VALUES: Final = {"pml": ["pml", "ob1"], "btl": ["btl", "^openib"]}
+# mpirun's process placement options: horovodrun's --binding-args.
+_BINDING: Final = {"bind-to", "map-by", "rank-by"}
+# horovodrun's elastic options: a HorovodJob runs a fixed size.
+_ELASTIC: Final = {"--min-np", "--max-np", "--host-discovery-script"}
 
 
 class ConvertError(ValueError):
@@ -63,19 +77,55 @@ def _split_launch(argv: list[str]) -> tuple[list[str], list[str]]:
     return options, argv[i:]
 
 
-def _dropped(options: list[str]) -> list[str]:
-    """The launcher options a HorovodJob will not pass on, as they were written."""
-    shown: list[str] = []
+def _at(words: list[str], index: int) -> str:
+    return words[index] if index < len(words) else ""
+
+
+def _kept(options: list[str], warnings: list[str]) -> list[list[str]]:
+    """The launcher options the operator does not write itself, each with its values."""
+    kept: list[list[str]] = []
     i = 0
     while i < len(options):
         arg = options[i]
         takes = 0
         if arg in _WITH_VALUE and "=" not in arg:
             takes = 2 if arg in ("-mca", "--mca", "-gmca", "--gmca") else 1
-        if arg not in _PROVIDED:
-            shown.append(" ".join(options[i : i + 1 + takes]))
+        option = arg.split("=", 1)[0]
+        if option in _ELASTIC:
+            warnings.append(
+                f"launcher option {' '.join(options[i : i + 1 + takes])!r} is dropped: "
+                "elastic horovodrun options do not carry over"
+            )
+        elif (
+            option in ("-mca", "--mca") and (param := _at(options, i + 1)) in HOROVODRUN_MCA_PARAMS
+        ):
+            if options[i + 1 : i + 3] != _HOROVODRUN_MCA_VALUES.get(param):
+                warnings.append(
+                    f"launcher option {' '.join(options[i : i + 1 + takes])!r} is dropped: "
+                    f"horovodrun writes MCA parameter {param} itself and Open MPI refuses it "
+                    "twice (spec.launcher.template's command can run mpirun directly)"
+                )
+        elif option not in _PROVIDED:
+            kept.append(options[i : i + 1 + takes])
         i += 1 + takes
-    return shown
+    return kept
+
+
+def _horovodrun_args(launcher: str, kept: list[list[str]]) -> list[str]:
+    """spec.launcher.horovodrunArgs for the options kept: horovodrun's own pass as
+    they are; mpirun's go through horovodrun's --mpi-args, which it pastes into
+    its mpirun command line (a shell line, hence the quoting)."""
+    if launcher == "horovodrun":
+        return [arg for option in kept for arg in option]
+    # horovodrun writes its own -bind-to/-map-by unless given --binding-args, and
+    # mpirun refuses an option given twice.
+    binding = [o for o in kept if o[0].lstrip("-").split("=")[0] in _BINDING]
+    other = [o for o in kept if o not in binding]
+    args = []
+    for flag, group in (("--binding-args", binding), ("--mpi-args", other)):
+        if group:
+            args.append(f"{flag}=" + " ".join(shlex.quote(a) for option in group for a in option))
+    return args
 
 
 def _container(template: Obj | None) -> Obj:
@@ -120,11 +170,8 @@ def convert(mpijob: Obj) -> tuple[Obj, list[str]]:
             "the launcher's command has no program to run after its mpirun options: "
             "spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].command/args"
         )
-    for option in _dropped(options):
-        warnings.append(
-            f"launcher option {option!r} is dropped (the operator writes -np and the "
-            "hostfile; keep others with spec.launcher.template's command)"
-        )
+    launcher_name = argv[0].rsplit("/", 1)[-1] if options else ""
+    horovodrun_args = _horovodrun_args(launcher_name, _kept(options, warnings))
     slots = int(spec.get("slotsPerWorker") or 1)
     worker_replicas = int(worker_spec.get("replicas") or 1)
     if "-np" in options or "-n" in options:
@@ -143,12 +190,12 @@ def convert(mpijob: Obj) -> tuple[Obj, list[str]]:
         worker["resources"] = resources
     worker_container.pop("image", None)
     worker_container["name"] = names.WORKER_CONTAINER
+    # The workers' command (their sshd, e.g. /usr/sbin/sshd -De) stays: with
+    # spec.ssh.authMountPath the image runs its own sshd, as under mpi-operator.
+    # Old examples wrote command: [""] for "the image's entrypoint".
     for key in ("command", "args"):
-        if worker_container.pop(key, None):
-            warnings.append(
-                f"the workers' container {key} is dropped: HorovodJob workers run the "
-                "image's sshd (or their gloo runner); the per-rank program comes from the launcher"
-            )
+        if key in worker_container and not any(worker_container[key]):
+            del worker_container[key]
     template_spec: Obj = worker_template.get("spec") or {}
     bare = worker_container == {"name": names.WORKER_CONTAINER}
     if template_spec.get("containers") and not (bare and set(template_spec) == {"containers"}):
@@ -162,14 +209,20 @@ def convert(mpijob: Obj) -> tuple[Obj, list[str]]:
     launcher_rest = {
         k: v for k, v in (launcher_template.get("spec") or {}).items() if k != "containers"
     }
-    if launcher_rest:
-        out_spec["launcher"] = {"template": {"spec": launcher_rest}}
-        if launcher_template.get("metadata"):
-            out_spec["launcher"]["template"]["metadata"] = launcher_template["metadata"]
+    launcher_out: Obj = {}
     if launcher_container.get("env"):
-        warnings.append(
-            "the launcher container's env is dropped: set it on the workers (the ranks run there)"
-        )
+        # horovodrun passes its environment on to every rank.
+        launcher_rest["containers"] = [
+            {"name": names.ROLE_LAUNCHER, "env": launcher_container["env"]}
+        ]
+    if launcher_rest:
+        launcher_out["template"] = {"spec": launcher_rest}
+        if launcher_template.get("metadata"):
+            launcher_out["template"]["metadata"] = launcher_template["metadata"]
+    if horovodrun_args:
+        launcher_out["horovodrunArgs"] = horovodrun_args
+    if launcher_out:
+        out_spec["launcher"] = launcher_out
 
     run_policy = _run_policy(spec, warnings)
     if run_policy:
@@ -177,11 +230,13 @@ def convert(mpijob: Obj) -> tuple[Obj, list[str]]:
     scheduling = _scheduling(spec, warnings)
     if scheduling:
         out_spec["scheduling"] = scheduling
-    if spec.get("sshAuthMountPath") not in (None, "/root/.ssh"):
-        warnings.append(
-            f"sshAuthMountPath {spec['sshAuthMountPath']!r} is not used: the operator mounts "
-            "the job's keys where its worker images look (docs/images.md)"
-        )
+    # An image written for mpi-operator runs unchanged: its sshd, its ~/.ssh.
+    out_spec["ssh"] = {"authMountPath": spec.get("sshAuthMountPath") or MPI_OPERATOR_SSH_PATH}
+    warnings.append(
+        "the workers run the image's own sshd with the keys at ssh.authMountPath, as under "
+        "mpi-operator; for the horovod-worker image (non-root, host-key checked) remove "
+        "spec.ssh and the workers' command (docs/migrating-from-mpijob.md)"
+    )
     if spec.get("mpiImplementation") not in (None, "OpenMPI"):
         warnings.append(
             f"mpiImplementation {spec['mpiImplementation']!r}: the operator launches with "

@@ -9,6 +9,9 @@ that the same code is exercised against the local control plane here
                                                        argument (the job must fail, saying so)
     kind_e2e.py failing-name EXAMPLE.yaml              the name that copy gets
     kind_e2e.py expected EXAMPLE.yaml                  print the phase the example should end in
+    kind_e2e.py name EXAMPLE.yaml                      print the name of the example's HorovodJob
+    kind_e2e.py volumes EXAMPLE.yaml --class SC        print a PersistentVolume for each claim
+                                                       of the example (kind ships no provisioner)
     kind_e2e.py wait NAME --namespace NS --timeout S   wait for Succeeded/Failed; exit 0 when
                                                        it matches --expect (and --reason), else
                                                        dump logs, exit 1
@@ -61,6 +64,50 @@ def cpu_variant(job: dict[str, Any], image: str, epochs: int = 1) -> dict[str, A
         f"--epochs={epochs}" if arg.startswith("--epochs=") else arg for arg in spec["command"]
     ]
     return job
+
+
+def horovod_job(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    """The HorovodJob of an example (the others are what it uses: a ConfigMap, a claim)."""
+    return next(d for d in documents if d.get("kind") == "HorovodJob")
+
+
+def with_job(documents: list[dict[str, Any]], job: dict[str, Any]) -> list[dict[str, Any]]:
+    return [job if d.get("kind") == "HorovodJob" else d for d in documents]
+
+
+# Where the PersistentVolumes for examples' claims live on the kind node.
+VOLUME_ROOT = "/var/local/hvjob-volumes"
+
+
+def volume_path(claim: str) -> str:
+    return f"{VOLUME_ROOT}/{claim}"
+
+
+def volumes_for_claims(
+    documents: list[dict[str, Any]], storage_class: str, namespace: str = "default"
+) -> list[dict[str, Any]]:
+    """A hostPath PersistentVolume bound ahead to each claim of the example: what a
+    provisioner would make (kind's node image ships none). Same class and size
+    as the claim asks, so the binder takes it."""
+    volumes = []
+    for claim in (d for d in documents if d.get("kind") == "PersistentVolumeClaim"):
+        name = claim["metadata"]["name"]
+        volumes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"{namespace}-{name}"},
+                "spec": {
+                    "capacity": {"storage": claim["spec"]["resources"]["requests"]["storage"]},
+                    "accessModes": claim["spec"]["accessModes"],
+                    "storageClassName": claim["spec"].get("storageClassName", storage_class),
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "claimRef": {"namespace": namespace, "name": name},
+                    "hostPath": {"path": volume_path(name), "type": "Directory"},
+                },
+            }
+        )
+    return volumes
 
 
 def failing_name(job: dict[str, Any]) -> str:
@@ -205,18 +252,31 @@ def timings(name: str, namespace: str) -> dict[str, Any]:
     status = job.get("status") or {}
     result: dict[str, Any] = {"phase": status.get("phase")}
     # mpi mode: horovodrun on the launcher gathers every rank's output; gloo mode:
-    # each worker prints its own ranks' (worker-0 holds rank 0).
-    logs = _kubectl("logs", "-n", namespace, f"job/{name}-launcher", "--timestamps")
-    if f"{RANK_PREFIX} rank=" not in logs.stdout:
-        logs = _kubectl("logs", "-n", namespace, f"pod/{name}-worker-0", "--timestamps")
-    for line in logs.stdout.splitlines():
-        stamp, _, text = line.partition(" ")
+    # each worker prints its own ranks' (worker-0 holds rank 0; in an elastic job,
+    # the first worker the launcher found Ready).
+    text = _kubectl("logs", "-n", namespace, f"job/{name}-launcher", "--timestamps").stdout
+    if f"{RANK_PREFIX} rank=" not in text:
+        spec = job.get("spec") or {}
+        workers = (spec.get("elastic") or {}).get("maxReplicas") or 1
+        for index in range(workers):
+            pod = f"pod/{name}-worker-{index}"
+            text = _kubectl("logs", "-n", namespace, pod, "--timestamps").stdout
+            if f"{RANK_PREFIX} rank=0 " in text:
+                break
+    for line in text.splitlines():
+        stamp, _, rest = line.partition(" ")
         # horovodrun prefixes each rank's line: "[1,0]<stdout>:HVJOB_RANK rank=0 ..."
-        if f"{RANK_PREFIX} rank=" in text:
+        if f"{RANK_PREFIX} rank=" in rest:
             result["apply_to_trainers_started_s"] = round(
                 (_parse_time(stamp) - created).total_seconds(), 1
             )
             break
+    if status.get("firstStepTime"):
+        # The operator's own reading of the same line (its first_step watcher,
+        # through the chart's RBAC): should agree with the one above.
+        result["apply_to_first_step_s"] = round(
+            (_parse_time(status["firstStepTime"]) - created).total_seconds(), 1
+        )
     if status.get("completionTime"):
         result["apply_to_finished_s"] = round(
             (_parse_time(status["completionTime"]) - created).total_seconds(), 1
@@ -239,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("failing-name").add_argument("example", type=Path)
     exp = sub.add_parser("expected")
     exp.add_argument("example", type=Path)
+    sub.add_parser("name").add_argument("example", type=Path)
+    vols = sub.add_parser("volumes")
+    vols.add_argument("example", type=Path)
+    vols.add_argument("--class", dest="storage_class", default="")
     w = sub.add_parser("wait")
     w.add_argument("name")
     w.add_argument("--namespace", default="default")
@@ -253,16 +317,26 @@ def main(argv: list[str] | None = None) -> int:
     times.add_argument("--namespace", default="default")
     times.add_argument("--record", type=Path, required=True)
     args = parser.parse_args(argv)
-    if args.command in ("cpu-variant", "failing-variant", "failing-name", "expected"):
-        job = yaml.safe_load(args.example.read_text())
+    if args.command in ("cpu-variant", "failing-variant", "failing-name", "expected", "name"):
+        documents = [d for d in yaml.safe_load_all(args.example.read_text()) if d]
+        job = horovod_job(documents)
         if args.command == "cpu-variant":
-            print(yaml.safe_dump(cpu_variant(job, args.image, args.epochs), sort_keys=False))
+            variant = with_job(documents, cpu_variant(job, args.image, args.epochs))
+            print(yaml.safe_dump_all(variant, sort_keys=False))
         elif args.command == "failing-variant":
             print(yaml.safe_dump(failing_variant(job, args.image), sort_keys=False))
         elif args.command == "failing-name":
             print(failing_name(job))
+        elif args.command == "name":
+            print(job["metadata"]["name"])
         else:
             print(expected_phase(job))
+        return 0
+    if args.command == "volumes":
+        documents = [d for d in yaml.safe_load_all(args.example.read_text()) if d]
+        volumes = volumes_for_claims(documents, args.storage_class)
+        if volumes:
+            print(yaml.safe_dump_all(volumes, sort_keys=False))
         return 0
     if args.command == "operator-ready":
         return 0 if operator_ready(args.namespace, args.timeout) else 1

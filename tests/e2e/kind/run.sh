@@ -14,8 +14,9 @@
 #   KIND_NODE_IMAGE   node image [kind's default]     KIND_CONFIG   kind config file [none]
 #   KIND_CLUSTER      cluster name [horovod-e2e]      KEEP_CLUSTER=1  leave it for debugging
 #   E2E_ARTIFACTS     where logs, `kind export logs` and timings.json go [.work/kind-e2e]
-#   JOB_TIMEOUT       seconds a job may take [1200]
-set -euo pipefail
+#   JOB_TIMEOUT       seconds a job may take [420: the examples take 10-30 s here; a stuck
+#                     one must not use up CI's time]
+set -Eeuo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$repo"
 for tool in docker kind kubectl helm python3; do
@@ -29,9 +30,14 @@ helpers="python3 tests/e2e/kind/kind_e2e.py"
 version="$(hack/images.sh version)"
 operator_image="horovod-operator:$version"
 start=$SECONDS
-step() { echo "== [$((SECONDS - start))s] $*"; }
-
 failed=0
+failed_jobs=()
+current_step=""
+failure=""
+step() { current_step="$*"; echo "== [$((SECONDS - start))s] $*"; }
+# The dump below is long: the command that stopped the run is repeated after it, as
+# the last lines of the log, where CI's excerpt of it ends.
+trap 'failure="line $LINENO: $BASH_COMMAND (exit $?) during: $current_step"' ERR
 dump() {
   step "dumping what a user would look at into $artifacts"
   kubectl get pods -A -o wide || true
@@ -47,7 +53,9 @@ cleanup() {
   local rc=$?
   if ((rc != 0 || failed != 0)); then dump; fi
   if [[ "${KEEP_CLUSTER:-0}" != 1 ]]; then kind delete cluster --name "$cluster" >/dev/null 2>&1 || true; fi
-  step "done (exit $rc)"
+  if ((rc != 0)) && [[ -n "$failure" ]]; then echo "run.sh stopped at $failure" >&2; fi
+  if ((failed != 0)); then echo "jobs that did not reach their expected phase: ${failed_jobs[*]}" >&2; fi
+  echo "== [$((SECONDS - start))s] done (exit $rc)"
 }
 trap cleanup EXIT
 
@@ -89,15 +97,29 @@ run_job() {  # MANIFEST NAME EXPECT [REASON]
   local manifest="$1" name="$2" expect="$3" reason="${4:-}"
   kubectl apply -n default -f "$manifest"
   if $helpers wait "$name" --namespace default --expect "$expect" ${reason:+--reason "$reason"} \
-      --timeout "${JOB_TIMEOUT:-1200}"; then
+      --timeout "${JOB_TIMEOUT:-420}"; then
     $helpers timings "$name" --namespace default --record "$artifacts/timings.json"
   else
     failed=1
+    failed_jobs+=("$name")
   fi
 }
 
+# kind's node image ships no volume provisioner: each claim of an example gets a
+# hostPath PersistentVolume bound ahead, in a directory any uid may write (the
+# worker images run as 1000; hostPath ignores fsGroup).
+default_class="$(kubectl get storageclass -o jsonpath='{.items[?(@.metadata.annotations.storageclass\.kubernetes\.io/is-default-class=="true")].metadata.name}')"
 for example in examples/*.yaml; do
-  name="$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"]["name"])' "$example")"
+  volumes="$($helpers volumes "$example" --class "$default_class")"
+  [[ -n "$volumes" ]] || continue
+  for path in $(grep -o '/var/local/hvjob-volumes/[^ ]*' <<<"$volumes"); do
+    docker exec "$cluster-control-plane" mkdir -p -m 0777 "$path"
+  done
+  kubectl apply -f - <<<"$volumes"
+done
+
+for example in examples/*.yaml; do
+  name="$($helpers name "$example")"
   expect="$($helpers expected "$example")"
   case "$(basename "$example")" in
     tensorflow-*) image="horovod-worker:$version-tf-cpu" ;;

@@ -29,12 +29,15 @@ EXPECTED_RULES = {
     "horovodjobs.horovod.ai/status": {"get", "patch"},
     "horovodjobs.horovod.ai/finalizers": {"update"},
     "pods": {"get", "list", "watch", "create", "delete"},
+    "pods/log": {"get"},
     "services": {"get", "list", "watch", "create", "delete"},
     "secrets": {"get", "list", "watch", "create", "delete"},
     "configmaps": {"get", "list", "watch", "create", "patch", "delete"},
     "jobs.batch": {"get", "list", "watch", "create", "delete"},
     "events": {"create", "list"},
     "podgroups.scheduling.k8s.io": {"get", "create"},
+    "podgroups.scheduling.volcano.sh": {"get", "create"},
+    "podgroups.scheduling.x-k8s.io": {"get", "create"},
     "workloads.kueue.x-k8s.io": {"get", "list", "watch", "create"},
     "workloads.kueue.x-k8s.io/status": {"get", "patch"},
     "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
@@ -204,7 +207,8 @@ def test_rbac_grants_exactly_what_the_operator_uses(
             assert _granted(cluster, sa, "default") == CLUSTER_READER
         for verb, resource, subresource, allowed in [
             ("create", "pods", "", "yes"),
-            ("get", "pods", "log", "no"),
+            # The start of rank 0's log: the time to the first step (first_step.py).
+            ("get", "pods", "log", "yes"),
             ("update", "horovodjobs.horovod.ai", "", "no"),
             ("update", "secrets", "", "no"),
             ("patch", "events", "", "no"),

@@ -369,6 +369,12 @@ def test_deleted_during_creation_leaves_nothing(
         ({"slotsPerWorker": 2}, "spec.slotsPerWorker: Invalid value: slotsPerWorker is more than"),
         ({"runPolicy": {"activeDeadlineSeconds": 10**12}}, "spec.runPolicy.activeDeadlineSeconds"),
         ({"runPolicy": {"ttlSecondsAfterFinished": 10**12}}, "ttlSecondsAfterFinished"),
+        (
+            {"launchMode": "gloo", "launcher": {"horovodrunArgs": ["--verbose"]}},
+            "spec.launchMode: Invalid value: launcher.horovodrunArgs and ssh.authMountPath need",
+        ),
+        ({"ssh": {"port": 22}}, "spec.ssh.port: Invalid value: ssh.port is the port of an image"),
+        ({"ssh": {"authMountPath": "root"}}, "spec.ssh.authMountPath"),
     ],
 )
 def test_schema_violations_are_rejected_at_apply_time(
@@ -451,7 +457,9 @@ def test_examples_pass_server_side_dry_run(
 ) -> None:
     proc = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
     for document in yaml.safe_load_all(path.read_text()):
-        assert f"horovodjob.horovod.ai/{document['metadata']['name']}" in proc.stdout
+        kind, name = document["kind"], document["metadata"]["name"]
+        shown = "horovodjob.horovod.ai" if kind == "HorovodJob" else kind.lower()
+        assert f"{shown}/{name} created (server dry run)" in proc.stdout, proc.stdout
 
 
 def test_example_runs_to_succeeded(jobs: Jobs, namespace: str, cluster: KubeCluster) -> None:

@@ -24,11 +24,43 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 def test_cpu_variant_of_every_example_is_accepted_by_the_server(
     cluster: KubeCluster, namespace: str, crd: None, example: Path
 ) -> None:
-    job = kind_e2e.cpu_variant(yaml.safe_load(example.read_text()), "horovod-worker:e2e")
-    assert "nvidia.com/gpu" not in yaml.safe_dump(job)
+    printed = subprocess.run(
+        [sys.executable, str(REPO / "tests/e2e/kind/kind_e2e.py"), "cpu-variant", str(example),
+         "--image", "horovod-worker:e2e"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    documents = [d for d in yaml.safe_load_all(printed) if d]
+    job = kind_e2e.horovod_job(documents)
+    assert "nvidia.com/gpu" not in printed
     assert job["spec"]["image"] == "horovod-worker:e2e"
-    proc = cluster.apply(job, namespace, False, "--dry-run=server")
+    # What the job uses (a script's ConfigMap, a claim) comes along.
+    assert len(documents) == len([d for d in yaml.safe_load_all(example.read_text()) if d])
+    proc = cluster.apply(yaml.safe_dump_all(documents), namespace, False, "--dry-run=server")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_claim_of_an_example_binds_to_the_volume_made_for_it(
+    cluster: KubeCluster, namespace: str
+) -> None:
+    """The kind script's stand-in for a provisioner, checked by the real PV binder."""
+    example = REPO / "examples" / "pytorch-digits-pvc.yaml"
+    documents = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    claim = next(d for d in documents if d["kind"] == "PersistentVolumeClaim")
+    [volume] = kind_e2e.volumes_for_claims(documents, storage_class="", namespace=namespace)
+    assert volume["spec"]["hostPath"]["path"] == kind_e2e.volume_path(claim["metadata"]["name"])
+    cluster.apply(volume)
+    try:
+        cluster.apply(claim, namespace)
+
+        def bound() -> str | None:
+            found = cluster.get("pvc", claim["metadata"]["name"], namespace)
+            return (
+                found["spec"].get("volumeName") if found["status"].get("phase") == "Bound" else None
+            )
+
+        assert wait_for(bound, 60, 0.5, "the claim to bind") == volume["metadata"]["name"]
+    finally:
+        cluster.kubectl("delete", "pv", volume["metadata"]["name"], "--wait=false", check=False)
 
 
 @pytest.fixture

@@ -37,7 +37,9 @@ def test_short_soak_keeps_every_invariant(tmp_path: Path) -> None:
         text=True,
         timeout=600,
     )
-    report = json.loads((tmp_path / "out" / "soak.json").read_text())
+    written = tmp_path / "out" / "soak.json"
+    assert written.exists(), f"no report (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    report = json.loads(written.read_text())
     detail = proc.stdout[-3000:] + proc.stderr[-4000:]
     assert report["violations"] == [], detail
     assert proc.returncode == 0, detail

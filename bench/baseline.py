@@ -1,0 +1,97 @@
+"""The physical limit: a minimal client that creates what a HorovodJob needs, at once.
+
+For each HorovodJob that appears in its namespace it creates the same objects the
+operator creates (the Secret, ConfigMap, Service, N worker pods and the launcher
+Job, from the operator's own pure builders), all at once, through the same client
+and rate limiter (QPS/burst) as the operator, with no reconcile logic: no status
+first, no gang stage, no waiting for Ready workers, no indexes. What the bench
+measures for it (create -> all pods exist) is what the API server allows at that
+client rate; at an unlimited rate, what it allows at all on this machine.
+
+    python -m bench.baseline --kubeconfig K --namespace NS --qps 50 --burst 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from horovod_operator import builders
+from horovod_operator.api import GROUP, PLURAL, VERSION, parse_job
+from horovod_operator.kube import Kube, KubeError, load_configuration
+from horovod_operator.sshkeys import generate_key_pair
+from localcluster.kube import Client
+
+READY_LINE = "baseline client ready"
+UNLIMITED = 1e9
+logger = logging.getLogger("baseline")
+
+
+def children(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Everything the operator would create for the job's first attempt."""
+    job = parse_job(body)
+    keys, host_key = generate_key_pair(), generate_key_pair("horovod-job-host")
+    objs = [
+        builders.new_ssh_secret(job, keys, host_key),
+        builders.new_config_map(job),
+        builders.new_worker_service(job),
+        *(builders.new_worker_pod(job, i, 0) for i in range(job.spec.worker.replicas)),
+        builders.new_launcher_job(job, 0),
+    ]
+    for obj in objs:
+        obj["metadata"].setdefault("namespace", job.metadata.namespace)
+    return objs
+
+
+async def create_all(kube: Kube, objs: list[dict[str, Any]]) -> int:
+    """Create every object concurrently; the number refused."""
+    results = await asyncio.gather(*(kube.create(o) for o in objs), return_exceptions=True)
+    refused = [r for r in results if isinstance(r, KubeError)]
+    for error in refused[:3]:
+        logger.warning("refused: %s", error)
+    return len(refused)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--qps", type=float, default=50.0, help="0: unlimited")
+    parser.add_argument("--burst", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=16)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    # "Unlimited": a bucket that never runs dry (inf would make 0 x inf a NaN).
+    qps, burst = (args.qps, args.burst) if args.qps > 0 else (UNLIMITED, int(UNLIMITED))
+    kube = Kube(load_configuration(args.kubeconfig), qps=qps, burst=burst, threads=args.threads)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    watcher = Client(Path(args.kubeconfig))
+    seen: set[str] = set()
+    stop = threading.Event()
+    print(READY_LINE, file=sys.stderr, flush=True)
+    for event in watcher.stream(
+        f"/apis/{GROUP}/{VERSION}/namespaces/{args.namespace}/{PLURAL}", stop
+    ):
+        body = event["object"]
+        uid = body["metadata"]["uid"]
+        if event["type"] != "ADDED" or uid in seen:
+            continue
+        seen.add(uid)
+        objs = children(body)
+        refused = asyncio.run_coroutine_threadsafe(create_all(kube, objs), loop).result()
+        logger.info(
+            "%s: %d objects created, %d refused",
+            body["metadata"]["name"], len(objs) - refused, refused,
+        )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
