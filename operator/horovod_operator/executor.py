@@ -18,7 +18,7 @@ import time
 from typing import Any, Final
 
 from . import metrics, names, queueing
-from .api import HorovodJobStatus, parse_status
+from .api import TERMINAL_PHASES, HorovodJobStatus, parse_status
 from .children import (
     Children,
     controlled_by,
@@ -153,9 +153,13 @@ class Executor:
             for r in memory.refused.values()
             if not r.refusal.permanent or r.refusal.generation == generation
         ]
-        # Fresh keys for a job without its SSH Secret (launchMode gloo has none).
+        # Fresh keys for a job without its SSH Secret (launchMode gloo has none). A
+        # finished job never gets one again: at start-up with many finished jobs,
+        # key generation was most of the reconcile's own CPU.
         needs_keys = (
-            children.secret is None and (body.get("spec") or {}).get("launchMode") != "gloo"
+            children.secret is None
+            and (body.get("spec") or {}).get("launchMode") != "gloo"
+            and (body.get("status") or {}).get("phase") not in TERMINAL_PHASES
         )
         seen = Observation(
             body=body,
