@@ -122,7 +122,9 @@ class Agent(PodHost):
         )
         pid = self.coredns.start(binary)
         log.info("CoreDNS (pid %d) serves cluster.local on %s:53", pid, self.network.gateway)
-        self.logserver = logserver.LogServer(self.find_log, self.state / "pki")
+        self.logserver = logserver.LogServer(
+            self.find_log, self.state / "pki", logserver.LogClock(self.logs_dir)
+        )
         self.logserver.start()
         for name in self.opts.nodes:
             self._register(name)

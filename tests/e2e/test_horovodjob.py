@@ -135,7 +135,8 @@ def _seconds_to_first_rank_line(
 ) -> float | None:
     """Seconds from apply until a rank's start line (Horovod initialised, the first
     step next) is in the launcher's log, polled every 0.25 s; None when the job
-    ended without one. The node agent's log endpoint has no timestamps to read."""
+    ended without one. (The operator reads the log with timestamps, which the node
+    agent's log endpoint gives to within its clock's period, logserver.LogClock.)"""
 
     def seen() -> tuple[float | None] | None:
         if RANK_LINE.search(_launcher_log(agent, namespace, name)):

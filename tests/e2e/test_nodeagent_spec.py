@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from horovod_operator.first_step import find_first_step
 from localcluster.nodeagent import mounts, spec
 from localcluster.nodeagent.agent import netns_prefix
+from localcluster.nodeagent.logserver import LogClock, format_stamp
 from localcluster.nodeagent.netns import list_netns
 from localcluster.nodeagent.spec import ContainerState
 from localcluster.paths import WORK
@@ -238,3 +240,23 @@ def test_agent_without_privileges_stops_at_start_with_cause_and_fix(tmp_path: Pa
     assert proc.returncode == 1
     assert "CAP_SYS_ADMIN" in proc.stderr and "Fix:" in proc.stderr, proc.stderr
     assert not list_netns(netns_prefix(tmp_path / "state"))
+
+
+def test_log_lines_get_the_time_their_end_was_first_seen(tmp_path: Path) -> None:
+    """`timestamps=true` as a kubelet answers it (the operator's time to first step
+    reads it): each line led by the time the clock first saw the file reach its end."""
+    log = tmp_path / "ns_pod_uid" / "main.log"
+    log.parent.mkdir()
+    clock = LogClock(tmp_path)
+    log.write_bytes(b"starting\n")
+    clock.note(1_000.0)
+    log.write_bytes(b"starting\nHVJOB_RANK rank=0 size=2\n")
+    clock.note(1_002.5)
+    clock.note(1_003.0)  # no growth: nothing new
+    stamped = clock.stamped(log, log.read_bytes()).decode().splitlines()
+    assert stamped == [
+        f"{format_stamp(1_000.0)} starting",
+        f"{format_stamp(1_002.5)} HVJOB_RANK rank=0 size=2",
+    ]
+    assert format_stamp(1_002.5) == "1970-01-01T00:16:42.500000000Z"
+    assert find_first_step("\n".join(stamped)) == (True, "1970-01-01T00:16:42Z")
