@@ -350,7 +350,7 @@ def newer_crd(cluster: KubeCluster) -> Any:
     document = yaml.safe_load(path.read_text())
     newer = copy.deepcopy(document)
     status = newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
-    status["properties"]["elastic"] = {
+    status["properties"]["topology"] = {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": True,
     }
@@ -369,7 +369,7 @@ def test_a_status_field_of_a_newer_release_does_not_fail_the_job(
     jobs.apply(hvjob("rolled", replicas=2))
     launcher = jobs.wait_running("rolled")
     pods = sorted(p["metadata"]["uid"] for p in jobs.pods("rolled"))
-    patch = {"status": {"elastic": {"size": 2, "history": ["grew"]}}}
+    patch = {"status": {"topology": {"racks": 2, "history": ["spread"]}}}
     cluster.kubectl(
         "patch", "hvjob", "rolled", "-n", namespace, "--subresource=status",
         "--type=merge", "-p", json.dumps(patch),
@@ -388,7 +388,7 @@ def test_a_status_field_of_a_newer_release_does_not_fail_the_job(
     jobs.op.stays(unharmed, 2.0, "the job runs on")
     cluster.set_pod_phase(namespace, launcher, "Succeeded")
     status = jobs.wait_phase("rolled", "Succeeded")
-    assert status["elastic"] == {"size": 2, "history": ["grew"]}  # kept, not wiped
+    assert status["topology"] == {"racks": 2, "history": ["spread"]}  # kept, not wiped
     assert jobs.condition("rolled", "Failed") is None
 
 
