@@ -32,6 +32,16 @@ def trainer(framework: str, *args: str) -> list[str]:
     ]  # fmt: skip
 
 
+def rank0(job: LocalElasticJob, workers: int, text: str) -> str | None:
+    """The worker rank 0 trains in, once its log holds `text`: the driver orders
+    hosts by worker index as it finds them, and an agent up late joins last."""
+    for index in range(workers):
+        log = job.log(f"worker-{index}")
+        if "HVJOB_RANK rank=0 " in log and text in log:
+            return f"worker-{index}"
+    return None
+
+
 def test_tensorflow_loses_a_worker_and_finishes_with_the_others(tmp_path: Path) -> None:
     job = LocalElasticJob(
         tmp_path,
@@ -43,16 +53,20 @@ def test_tensorflow_loses_a_worker_and_finishes_with_the_others(tmp_path: Path) 
         for index in range(3):
             job.start_worker(index)
         job.start_launcher(np=3)
-        wait_for(lambda: " epoch 3/25 " in job.log("worker-0"), 300, 0.5, "the third epoch")
-        job.terminate(2)
+        first = wait_for(lambda: rank0(job, 3, " epoch 3/25 "), 300, 0.5, "the third epoch")
+        leaving = max(i for i in range(3) if f"worker-{i}" != first)
+        job.terminate(leaving)
         assert job.wait(timeout=400) == 0, job.log("launcher")
     finally:
         job.stop()
     launcher = job.log("launcher")
     assert "training at 3 rank(s)" in launcher and "training at 2 rank(s)" in launcher, launcher
     # The leaving rank committed first and left on its own terms.
-    assert "SIGTERM: leaving at step" in job.log("worker-2"), job.log("worker-2")[-3000:]
-    summary = parse_result(job.log("worker-0"))
+    left = job.log(f"worker-{leaving}")
+    assert "SIGTERM: leaving at step" in left, left[-3000:]
+    last = rank0(job, 3, "HVJOB_RESULT")
+    assert last is not None, launcher
+    summary = parse_result(job.log(last))
     assert summary["framework"] == "tensorflow" and summary["mode"] == "elastic"
     assert summary["elastic"]["sizes"] == [3, 2], summary["elastic"]
     assert summary["test_accuracy"] >= ACCURACY_BAR, summary
@@ -72,7 +86,7 @@ def test_an_elastic_run_stopped_everywhere_checkpoints_and_resumes_at_another_si
         for index in range(2):
             job.start_worker(index)
         job.start_launcher(np=2)
-        wait_for(lambda: " epoch 2/12 " in job.log("worker-0"), 300, 0.3, "the second epoch")
+        at_rank0 = wait_for(lambda: rank0(job, 2, " epoch 2/12 "), 300, 0.3, "the second epoch")
         time.sleep(0.3)  # into the third epoch: the checkpoint is mid-epoch
         # A suspension: every pod gets SIGTERM at about the same moment.
         assert job.launcher is not None
@@ -82,10 +96,9 @@ def test_an_elastic_run_stopped_everywhere_checkpoints_and_resumes_at_another_si
         assert job.wait(timeout=120) == 143, job.log("launcher")
     finally:
         job.stop()
-    stopped = re.search(
-        r"every rank got SIGTERM at step (\d+); checkpoint (\S+)", job.log("worker-0")
-    )
-    assert stopped, job.log("worker-0")[-3000:]
+    stopping = r"every rank got SIGTERM at step (\d+); checkpoint (\S+)"
+    stopped = re.search(stopping, job.log(at_rank0))
+    assert stopped, job.log(at_rank0)[-3000:]
     step, path = int(stopped.group(1)), Path(stopped.group(2))
     saved = torch.load(path, weights_only=True)
     assert saved["step"] == step and saved["processed"] > 0, {
@@ -103,7 +116,9 @@ def test_an_elastic_run_stopped_everywhere_checkpoints_and_resumes_at_another_si
         assert job.wait(timeout=400) == 0, job.log("launcher")
     finally:
         job.stop()
-    log0 = job.log("worker-0")
+    resumed = rank0(job, 3, "HVJOB_RESULT")
+    assert resumed is not None, job.log("launcher")
+    log0 = job.log(resumed)
     point = f"(epoch {saved['epoch']}, step {step}, {saved['processed']} samples)"
     assert f"resumed from {path} {point}" in log0, log0[-3000:]
     summary = parse_result(log0)
