@@ -7,6 +7,7 @@ namespaces with nsenter.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 from collections.abc import Mapping
@@ -16,6 +17,8 @@ from typing import Any
 from .netns import run_in_netns
 
 Obj = dict[str, Any]
+# How much of an httpGet answer is read, as the kubelet does.
+PROBE_BODY_LIMIT = 10 * 1024
 
 
 @dataclass
@@ -118,4 +121,10 @@ def http_probe(netns: str, host: str, port: int, path: str, timeout: float) -> b
             head = sock.recv(64).decode(errors="replace").split()
         except OSError:
             return False
+        # The rest of the answer too, as the kubelet reads it (up to 10 KiB): a
+        # probe that hangs up early makes the server's write fail with a reset.
+        with contextlib.suppress(OSError):
+            received = 64
+            while received < PROBE_BODY_LIMIT and (chunk := sock.recv(4096)):
+                received += len(chunk)
     return len(head) > 1 and head[1].isdigit() and 200 <= int(head[1]) < 400

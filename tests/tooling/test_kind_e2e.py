@@ -1,9 +1,12 @@
-"""The kind e2e script's pure helpers: CPU variants of the examples."""
+"""The kind e2e script's helpers: CPU variants of the examples, the timings it reads."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from localcluster.paths import REPO
@@ -87,3 +90,35 @@ def test_a_claim_gets_a_volume_bound_ahead_and_other_documents_none() -> None:
     assert spec["hostPath"]["path"].startswith(kind_e2e.VOLUME_ROOT)
     own_script = REPO / "examples" / "pytorch-own-script.yaml"
     assert kind_e2e.volumes_for_claims(list(yaml.safe_load_all(own_script.read_text())), "x") == []
+
+
+def test_the_rank_line_kept_while_running_times_a_job_whose_pods_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An elastic job's workers hold its rank lines; cleanPodPolicy Running deletes
+    those still up when it finishes, so wait() keeps the line as soon as it shows."""
+    job = {
+        "metadata": {"name": "j", "creationTimestamp": "2026-12-02T10:00:00Z"},
+        "spec": {"elastic": {"maxReplicas": 2}},
+        "status": {"phase": "Running"},
+    }
+    logs = {"pod/j-worker-1": "2026-12-02T10:00:07.400000000Z [0]<stdout>:HVJOB_RANK rank=0 size=2"}
+
+    def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
+        target = args[3] if args[0] == "logs" else ""
+        return subprocess.CompletedProcess(args, 0, stdout=logs.get(target, ""), stderr="")
+
+    def get_job(name: str, namespace: str) -> dict[str, Any]:
+        return job
+
+    monkeypatch.setattr(kind_e2e, "_kubectl", kubectl)
+    kept = tmp_path / "j.rank-line"
+    calls = iter([job, {**job, "status": {"phase": "Succeeded"}}])
+    monkeypatch.setattr(kind_e2e, "get_job", lambda name, namespace: next(calls))
+    assert kind_e2e.wait("j", "default", "Succeeded", timeout=10, interval=0, rank_line=kept)
+    assert kept.read_text().startswith("2026-12-02T10:00:07.4")
+
+    logs.clear()  # the pods are gone
+    monkeypatch.setattr(kind_e2e, "get_job", get_job)
+    assert "apply_to_trainers_started_s" not in kind_e2e.timings("j", "default")
+    assert kind_e2e.timings("j", "default", kept)["apply_to_trainers_started_s"] == 7.4

@@ -187,9 +187,11 @@ def wait(
     timeout: float,
     interval: float = 2,
     reason: str = "",
+    rank_line: Path | None = None,
 ) -> bool:
     """Wait for the job to finish; whether it ended as expected: the phase, the
-    reason when given, and the text its manifest's annotation asks for."""
+    reason when given, and the text its manifest's annotation asks for. Into
+    `rank_line`, the first rank start line as soon as a pod prints it."""
     deadline = time.monotonic() + timeout
     job: dict[str, Any] | None = None
     last = None
@@ -198,6 +200,10 @@ def wait(
         last = None if job is None else (job.get("status") or {}).get("phase")
         if last in ("Succeeded", "Failed"):
             break
+        if job is not None and rank_line is not None and not rank_line.exists():
+            line = first_rank_line(name, namespace, job)
+            if line is not None:
+                rank_line.write_text(line + "\n")
         time.sleep(interval)
     status = (job or {}).get("status") or {}
     problems = [] if last == expect else [f"phase {last}, expected {expect}"]
@@ -244,16 +250,13 @@ def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def timings(name: str, namespace: str) -> dict[str, Any]:
-    """Seconds from the job's creation to its first rank's start line (Horovod is
-    initialised and the first step is next) and to its completion."""
-    job = get_job(name, namespace) or {}
-    created = _parse_time(job["metadata"]["creationTimestamp"])
-    status = job.get("status") or {}
-    result: dict[str, Any] = {"phase": status.get("phase")}
-    # mpi mode: horovodrun on the launcher gathers every rank's output; gloo mode:
-    # each worker prints its own ranks' (worker-0 holds rank 0; in an elastic job,
-    # the first worker the launcher found Ready).
+def first_rank_line(name: str, namespace: str, job: dict[str, Any]) -> str | None:
+    """The first rank start line, with its timestamp, from the pod that printed it
+    (None while no rank has started, or once the pods are gone).
+
+    mpi mode: horovodrun on the launcher gathers every rank's output; gloo mode:
+    each worker prints its own ranks' (worker-0 holds rank 0; in an elastic job,
+    the first worker the launcher found Ready)."""
     text = _kubectl("logs", "-n", namespace, f"job/{name}-launcher", "--timestamps").stdout
     if f"{RANK_PREFIX} rank=" not in text:
         spec = job.get("spec") or {}
@@ -263,14 +266,27 @@ def timings(name: str, namespace: str) -> dict[str, Any]:
             text = _kubectl("logs", "-n", namespace, pod, "--timestamps").stdout
             if f"{RANK_PREFIX} rank=0 " in text:
                 break
-    for line in text.splitlines():
-        stamp, _, rest = line.partition(" ")
-        # horovodrun prefixes each rank's line: "[1,0]<stdout>:HVJOB_RANK rank=0 ..."
-        if f"{RANK_PREFIX} rank=" in rest:
-            result["apply_to_trainers_started_s"] = round(
-                (_parse_time(stamp) - created).total_seconds(), 1
-            )
-            break
+    # horovodrun prefixes each rank's line: "[1,0]<stdout>:HVJOB_RANK rank=0 ..."
+    return next((line for line in text.splitlines() if f"{RANK_PREFIX} rank=" in line), None)
+
+
+def timings(name: str, namespace: str, seen: Path | None = None) -> dict[str, Any]:
+    """Seconds from the job's creation to its first rank's start line (Horovod is
+    initialised and the first step is next) and to its completion. The line is
+    read from the pods now, or else from `seen`, where `wait` kept it while the
+    job ran (an elastic job's finished workers may be cleaned up by then)."""
+    job = get_job(name, namespace) or {}
+    created = _parse_time(job["metadata"]["creationTimestamp"])
+    status = job.get("status") or {}
+    result: dict[str, Any] = {"phase": status.get("phase")}
+    line = first_rank_line(name, namespace, job)
+    if line is None and seen is not None and seen.exists():
+        line = seen.read_text().strip() or None
+    if line is not None:
+        stamp = line.partition(" ")[0]
+        result["apply_to_trainers_started_s"] = round(
+            (_parse_time(stamp) - created).total_seconds(), 1
+        )
     if status.get("firstStepTime"):
         # The operator's own reading of the same line (its first_step watcher,
         # through the chart's RBAC): should agree with the one above.
@@ -309,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--expect", default="Succeeded")
     w.add_argument("--reason", default="")
     w.add_argument("--timeout", type=float, default=900)
+    w.add_argument("--rank-line", type=Path, help="where to keep the first rank start line")
     ready = sub.add_parser("operator-ready")
     ready.add_argument("--namespace", required=True)
     ready.add_argument("--timeout", type=float, default=120)
@@ -316,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     times.add_argument("name")
     times.add_argument("--namespace", default="default")
     times.add_argument("--record", type=Path, required=True)
+    times.add_argument("--rank-line", type=Path, help="the line `wait --rank-line` kept")
     args = parser.parse_args(argv)
     if args.command in ("cpu-variant", "failing-variant", "failing-name", "expected", "name"):
         documents = [d for d in yaml.safe_load_all(args.example.read_text()) if d]
@@ -342,11 +360,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if operator_ready(args.namespace, args.timeout) else 1
     if args.command == "timings":
         recorded = json.loads(args.record.read_text()) if args.record.exists() else {}
-        recorded[args.name] = timings(args.name, args.namespace)
+        recorded[args.name] = timings(args.name, args.namespace, args.rank_line)
         args.record.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
         print(f"{args.name}: {recorded[args.name]}", file=sys.stderr)
         return 0
-    ok = wait(args.name, args.namespace, args.expect, args.timeout, reason=args.reason)
+    ok = wait(
+        args.name,
+        args.namespace,
+        args.expect,
+        args.timeout,
+        reason=args.reason,
+        rank_line=args.rank_line,
+    )
     return 0 if ok else 1
 
 

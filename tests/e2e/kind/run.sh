@@ -96,9 +96,11 @@ $helpers operator-ready --namespace horovod-system --timeout 120
 run_job() {  # MANIFEST NAME EXPECT [REASON]
   local manifest="$1" name="$2" expect="$3" reason="${4:-}"
   kubectl apply -n default -f "$manifest"
+  rm -f "$artifacts/$name.rank-line"
   if $helpers wait "$name" --namespace default --expect "$expect" ${reason:+--reason "$reason"} \
-      --timeout "${JOB_TIMEOUT:-420}"; then
-    $helpers timings "$name" --namespace default --record "$artifacts/timings.json"
+      --timeout "${JOB_TIMEOUT:-420}" --rank-line "$artifacts/$name.rank-line"; then
+    $helpers timings "$name" --namespace default --record "$artifacts/timings.json" \
+      --rank-line "$artifacts/$name.rank-line"
   else
     failed=1
     failed_jobs+=("$name")
