@@ -152,9 +152,14 @@ def test_an_elastic_job_grows_when_a_node_frees_its_gpus(
     )
     cluster.apply(holder, namespace)
     pod_phase(cluster, namespace, "gpu-holder", "Running")
-    cluster.apply(elastic_job(name, replicas=2, epochs=60), namespace)
+    # Long enough at size 2 that the newcomer joins before the end: an epoch takes
+    # about 0.15 s at 2 ranks here, and joining takes the holder's exit, a scheduling
+    # retry, the pod's start, its agent's start and a discovery round (10-20 s under
+    # load; with 60 epochs, CI saw the job end at size 2 before the newcomer came).
+    epochs = 400
+    cluster.apply(elastic_job(name, replicas=2, epochs=epochs), namespace)
     wait_for(
-        lambda: rank0_log(agent, namespace, name, " epoch 3/60 "),
+        lambda: rank0_log(agent, namespace, name, f" epoch 3/{epochs} "),
         300, 0.5, "rank 0's third epoch at size 2",
     )  # fmt: skip
     # The scheduler chose which worker waits.
