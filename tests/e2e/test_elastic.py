@@ -154,8 +154,9 @@ def test_an_elastic_job_grows_when_a_node_frees_its_gpus(
     pod_phase(cluster, namespace, "gpu-holder", "Running")
     # Long enough at size 2 that the newcomer joins before the end: an epoch takes
     # about 0.15 s at 2 ranks here, and joining takes the holder's exit, a scheduling
-    # retry, the pod's start, its agent's start and a discovery round (10-20 s under
-    # load; with 60 epochs, CI saw the job end at size 2 before the newcomer came).
+    # retry, the pod's start, its agent's start and a discovery round. With 60 epochs
+    # CI saw the job end at size 2 before the newcomer came; with 400, under load
+    # (a kind cluster loading images alongside), it joined at epoch 53.
     epochs = 400
     cluster.apply(elastic_job(name, replicas=2, epochs=epochs), namespace)
     wait_for(
