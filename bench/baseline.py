@@ -23,7 +23,7 @@ from typing import Any
 
 from horovod_operator import builders
 from horovod_operator.api import GROUP, PLURAL, VERSION, parse_job
-from horovod_operator.kube import Kube, KubeError, load_configuration
+from horovod_operator.kube import Kube, KubeError
 from horovod_operator.sshkeys import generate_key_pair
 from localcluster.kube import Client
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     # "Unlimited": a bucket that never runs dry (inf would make 0 x inf a NaN).
     qps, burst = (args.qps, args.burst) if args.qps > 0 else (UNLIMITED, int(UNLIMITED))
-    kube = Kube(load_configuration(args.kubeconfig), qps=qps, burst=burst, threads=args.threads)
+    kube = Kube.from_kubeconfig(args.kubeconfig, qps=qps, burst=burst, threads=args.threads)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
 

@@ -21,8 +21,9 @@ import kopf
 
 from . import metrics, names, podgroups
 from .api import GROUP, PLURAL, VERSION
+from .connection import load_connection
 from .first_step import FirstStepWatcher
-from .kube import Kube, KubeError, load_configuration
+from .kube import Kube, KubeError
 from .leader import LeaderElector
 from .reconciler import Reconciler
 from .settings import OperatorConfig
@@ -93,7 +94,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     config = CONFIG
     configure_settings(settings)
     kube = Kube(
-        load_configuration(config.kubeconfig),
+        load_connection(config.kubeconfig),
         qps=config.qps,
         burst=config.burst,
         threads=config.api_threads,
@@ -156,25 +157,22 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
-    """kopf's watches use the same credentials as the reconciler (--kubeconfig or in-cluster)."""
-    configuration = load_configuration(CONFIG.kubeconfig)
-    header = configuration.get_api_key_with_prefix(
-        "BearerToken"
-    ) or configuration.get_api_key_with_prefix("authorization")
+    """kopf's watches use the same credentials as the reconciler (--kubeconfig or in-cluster);
+    kopf logs in again when the API server answers 401, which rereads a rotated token."""
+    connection = load_connection(CONFIG.kubeconfig)
+    header = connection.authorization()
     scheme, token = None, None
     if header:
         parts = header.split(" ", 1)
         scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
     return kopf.ConnectionInfo(
-        server=configuration.host,
-        ca_path=configuration.ssl_ca_cert,
-        insecure=not configuration.verify_ssl,
-        username=configuration.username or None,
-        password=configuration.password or None,
+        server=connection.server,
+        ca_path=connection.ca_file,
+        insecure=connection.insecure,
         scheme=scheme,
         token=token,
-        certificate_path=configuration.cert_file,
-        private_key_path=configuration.key_file,
+        certificate_path=connection.cert_file,
+        private_key_path=connection.key_file,
     )
 
 

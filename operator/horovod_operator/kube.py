@@ -1,9 +1,9 @@
 """Every Kubernetes API call the reconciler makes, in one place.
 
-A thin JSON client over the kubernetes package's ApiClient (its configuration
-loads kubeconfig or in-cluster credentials), run in a thread pool so the kopf
-event loop never blocks. Plain dicts go in and come out; no typed models, so
-what the builders produce is exactly what is sent.
+A thin JSON client over urllib3 (the HTTP library the kubernetes package uses,
+without that package's generated models: see connection.py), run in a thread
+pool so the kopf event loop never blocks. Plain dicts go in and come out; no
+typed models, so what the builders produce is exactly what is sent.
 
 Deletes are delete-if-present (404 is success). A create that finds the name
 taken raises the 409: only the caller can tell whether the object there is its
@@ -22,10 +22,12 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
+from urllib.parse import urlencode
 
-from kubernetes import client, config
+import urllib3
 
 from .api import GROUP, PLURAL, VERSION
+from .connection import Connection, load_connection
 
 logger = logging.getLogger(__name__)
 
@@ -84,34 +86,6 @@ class RateLimiter:
                 await asyncio.sleep((1 - self._tokens) / self.qps)
 
 
-def load_configuration(
-    kubeconfig: str | None, context: str | None = None, in_cluster_first: bool = True
-) -> client.Configuration:
-    """Credentials: in a pod the operator prefers its ServiceAccount, a user's tools
-    (the SDK) their kubeconfig; each falls back to the other. A kubeconfig or context
-    named explicitly is always used."""
-    configuration = client.Configuration()
-    explicit = kubeconfig is not None or context is not None
-
-    def in_cluster() -> bool:
-        try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            return False
-        return True
-
-    if in_cluster_first and not explicit and in_cluster():
-        return configuration
-    try:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, context=context, client_configuration=configuration
-        )
-    except config.ConfigException:
-        if explicit or in_cluster_first or not in_cluster():
-            raise
-    return configuration
-
-
 # Where each kind lives in the API.
 _PATHS: Final[dict[str, str]] = {
     "Pod": "/api/v1/namespaces/{namespace}/pods",
@@ -152,22 +126,40 @@ class Kube:
 
     def __init__(
         self,
-        configuration: client.Configuration,
+        connection: Connection,
         qps: float = 50.0,
         burst: int = 100,
         threads: int = 16,
     ) -> None:
-        configuration.connection_pool_maxsize = threads
-        self._api = client.ApiClient(configuration)
-        self._api.user_agent = FIELD_MANAGER
+        self.connection = connection
+        tls: dict[str, Any] = {}
+        if connection.server.startswith("https:"):
+            tls = {
+                "cert_reqs": "CERT_NONE" if connection.insecure else "CERT_REQUIRED",
+                "ca_certs": connection.ca_file,
+                "cert_file": connection.cert_file,
+                "key_file": connection.key_file,
+            }
+            if connection.insecure:
+                urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        # urllib3's default retries (3, connection errors) as the kubernetes package had.
+        self._pool = urllib3.PoolManager(
+            maxsize=threads,
+            timeout=urllib3.Timeout(connect=REQUEST_TIMEOUT[0], read=REQUEST_TIMEOUT[1]),
+            **tls,
+        )
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
         self._limiter = RateLimiter(qps, burst)
         # Counts of requests by verb and kind, for metrics and the write-count benchmark.
         self.on_request: Callable[[str, str], None] = lambda verb, kind: None
 
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None, **options: Any) -> Kube:
+        return cls(load_connection(kubeconfig), **options)
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
-        self._api.close()  # type: ignore[no-untyped-call]
+        self._pool.clear()
 
     async def _request(
         self,
@@ -194,20 +186,20 @@ class Kube:
         content_type: str,
     ) -> tuple[int, str, bytes]:
         """(status code, reason, raw body) of one request."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        method, url, header_params, payload, post_params = self._api.param_serialize(
-            method=verb,
-            resource_path=path,
-            query_params=list((query or {}).items()),
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self._api.call_api(
-            method, url, header_params, payload, post_params, _request_timeout=REQUEST_TIMEOUT
-        )
-        raw: bytes = response.read()  # type: ignore[no-untyped-call]
-        return response.status, str(response.reason), raw
+        headers = {
+            "Accept": "application/json",
+            "Content-Type": content_type,
+            "User-Agent": FIELD_MANAGER,
+        }
+        authorization = self.connection.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        url = self.connection.server + path
+        if query:
+            url += "?" + urlencode(query)
+        payload = None if body is None else json.dumps(body).encode()
+        response = self._pool.request(verb, url, body=payload, headers=headers)
+        return response.status, str(response.reason), response.data
 
     def _request_sync(
         self,

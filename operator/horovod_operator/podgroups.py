@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from kubernetes.utils.quantity import parse_quantity
-
 from . import names
 from .api import HorovodJob
 
@@ -169,6 +167,37 @@ def format_quantity(value: Decimal) -> str:
     return f"{int(milli)}m"
 
 
+# Kubernetes quantity suffixes (resource.Quantity): binary, then decimal SI.
+_SUFFIXES: Final = {
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+
+
 def _quantity(value: object) -> Decimal:
-    parsed: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]
-    return parsed
+    """A quantity ("500m", "4Gi", "1e3", 2) as a number; the API server has already
+    validated the pod's, so anything else is a ValueError naming the value."""
+    text = str(value).strip()
+    # A trailing "E" is exa ("1E"); "1E3" is an exponent, which Decimal reads.
+    number, scale = text, Decimal(1)
+    for suffix, factor in _SUFFIXES.items():
+        if text.endswith(suffix):
+            number, scale = text[: -len(suffix)], factor
+            break
+    try:
+        return Decimal(number) * scale
+    except ArithmeticError:
+        raise ValueError(f"not a Kubernetes quantity: {value!r}") from None

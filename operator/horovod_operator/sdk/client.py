@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, cast
 
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
@@ -27,7 +27,6 @@ from horovod_contract.rank_output import RankSplitter
 
 from .. import names
 from ..api import API_VERSION, GROUP, KIND, PLURAL, VERSION, format_validation_error, parse_job
-from ..kube import load_configuration
 
 Obj = dict[str, Any]
 FINISHED: Final = ("Succeeded", "Failed")
@@ -57,6 +56,27 @@ def summary(job: Mapping[str, Any]) -> str:
     return text
 
 
+def load_configuration(kubeconfig: str | None, context: str | None = None) -> client.Configuration:
+    """A user's tools prefer their kubeconfig and fall back to in-cluster credentials
+    (in a pod); a kubeconfig or context named explicitly is always used."""
+    configuration = client.Configuration()
+    try:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, client_configuration=configuration
+        )
+    except config.ConfigException:
+        if kubeconfig is not None or context is not None:
+            raise
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            pass
+        else:
+            return configuration
+        raise
+    return configuration
+
+
 class HorovodJobClient:
     """One namespace's HorovodJobs. `kubeconfig`/`context` pick the cluster; without
     them the usual kubeconfig, then in-cluster credentials."""
@@ -70,7 +90,7 @@ class HorovodJobClient:
     ) -> None:
         self.namespace = namespace
         if api_client is None:
-            configuration = load_configuration(kubeconfig, context, in_cluster_first=False)
+            configuration = load_configuration(kubeconfig, context)
             api_client = client.ApiClient(configuration)
         self._custom = client.CustomObjectsApi(api_client)
         self._core = client.CoreV1Api(api_client)

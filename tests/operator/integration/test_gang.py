@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from horovod_operator.kube import Kube, load_configuration
+from horovod_operator.kube import Kube
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hvjob
 
@@ -78,7 +78,7 @@ def test_two_gangs_that_fit_only_one_at_a_time_run_one_after_the_other_whole(
 
 
 def test_the_operator_detects_whether_the_server_serves_pod_groups(cluster: KubeCluster) -> None:
-    kube = Kube(load_configuration(str(cluster.kubeconfig)))
+    kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
     try:
         assert asyncio.run(kube.serves("scheduling.k8s.io/v1beta1", "podgroups")) is True
         assert asyncio.run(kube.serves("scheduling.k8s.io/v1beta1", "nothings")) is False

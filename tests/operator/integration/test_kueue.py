@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from horovod_operator.kube import Kube, load_configuration
+from horovod_operator.kube import Kube
 from localcluster.kueue import KueueProcess
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hvjob
@@ -276,7 +276,7 @@ def test_kueue_webhooks_are_called_and_the_operator_sees_the_workload_api(
     assert (
         f"https://127.0.0.1:{kueue.webhook_port}/validate-kueue-x-k8s-io-v1beta2-workload" in urls
     )
-    kube = Kube(load_configuration(str(cluster.kubeconfig)))
+    kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
     try:
         assert asyncio.run(kube.serves("kueue.x-k8s.io/v1beta2", "workloads")) is True
     finally:
