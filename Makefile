@@ -1,5 +1,5 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-quick
+.PHONY: images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-full bench-quick
 
 
 demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
@@ -56,7 +56,11 @@ cluster-down:
 crd:  ## regenerate crds/, the chart's CRD and docs/api.md from the models
 	.venv/bin/python -m horovod_operator.crd
 
-bench:  ## our operator against kubeflow/mpi-operator (about 25 min on 2 cores); docs/benchmarks
+bench:  ## the short benchmark: 8 and 64 workers, a 30-job burst, idle with 1,000 jobs (~15 min); docs/benchmarks
+	SKIP_WORKER=1 hack/bootstrap.sh
+	.venv/bin/python -m bench --sizes 8,64 --repeats 3 --burst-jobs 30
+
+bench-full:  ## the run docs/benchmarks is made from: 8, 64 and 512 workers, a 100-job burst (~40 min)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/python -m bench
 

@@ -84,6 +84,18 @@ def _fmt_stat(stat: Any) -> str:
     return f"{stat['median']:.2f} / {stat['p95']:.2f} (n={stat['n']})"
 
 
+def cpu_ms_per_pod(entry: Any, size: int) -> float | None:
+    """The operator's CPU over a single-job scenario, per worker pod it ran (each pod
+    is about four watch events: added, scheduled, ready, deleted)."""
+    if not isinstance(entry, Mapping) or "error" in entry:
+        return None
+    cpu = _num((entry.get("process") or {}).get("cpu_seconds"))
+    runs = _num((entry.get("pods") or {}).get("n"))
+    if cpu is None or not runs:
+        return None
+    return 1000 * cpu / (runs * size)
+
+
 def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
     num = _num(value)
     return "-" if num is None else f"{num:.{digits}f}{unit}"
@@ -111,6 +123,10 @@ def table(res: Mapping[str, Any]) -> str:
                 entry = by_op.get(o) or {}
                 cells.append("error" if "error" in entry else _fmt_stat(entry.get(key)))
             lines.append(f"| 1 job x {size} workers: {label} | " + " | ".join(cells) + " |")
+        cells = [_fmt(cpu_ms_per_pod(by_op.get(o), int(size)), " ms", 2) for o in ops]
+        lines.append(
+            f"| 1 job x {size} workers: operator CPU per worker pod | " + " | ".join(cells) + " |"
+        )
     burst = res.get("burst") or {}
     if burst:
         any_burst = next(iter(burst.values()))

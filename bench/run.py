@@ -694,7 +694,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up")
     parser.add_argument(
         "--operators",
-        default="ours,mpi-tuned,mpi,mpi-defaults",
+        default="ours,mpi-tuned,mpi,mpi-defaults,baseline,baseline-unlimited",
         help="which to run [%(default)s]",
     )
     parser.add_argument("--qps", type=float, default=50.0, help="client QPS of both [%(default)s]")

@@ -47,12 +47,9 @@ def run(config: OperatorConfig) -> None:
         # kopf's per-event chatter at INFO would drown the operator's own lines.
         logging.getLogger("kopf").setLevel(logging.WARNING)
     handlers.configure(config)
-    kopf.run(
-        standalone=config.peering is None,
-        peering_name=config.peering,
-        clusterwide=config.all_namespaces,
-        namespaces=config.namespaces,
-    )
+    # kopf watches nothing itself (watches.py), so it needs no peering and no namespaces;
+    # several replicas coordinate through --leader-elect.
+    kopf.run(standalone=True, clusterwide=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import time
 from typing import Any, Final
 
 from . import metrics, names, queueing
-from .api import TERMINAL_PHASES, HorovodJobStatus, parse_status
+from .api import TERMINAL_PHASES, HorovodJobSpec, HorovodJobStatus, parse_status
 from .children import (
     Children,
     controlled_by,
@@ -167,7 +167,7 @@ class Executor:
             now=now,
             refusals=refusals,
             pod_warnings=await self._pod_warnings(key, memory, children, now_s),
-            accepted_spec=memory.accepted_spec,
+            accepted_spec=self._accepted_spec(memory, generation),
             default_image=self.default_image,
             keys=generate_key_pair() if needs_keys else None,
             host_key=generate_key_pair("horovod-job-host") if needs_keys else None,
@@ -181,6 +181,14 @@ class Executor:
             priority=priority,
         )
         return seen, memory
+
+    def _accepted_spec(self, memory: JobMemory, generation: int) -> HorovodJobSpec | None:
+        """The spec the job last ran on, parsed only when an edit has come since: a
+        spec of the generation that was accepted is the body's own."""
+        if memory.accepted is None or memory.accepted[0] == generation:
+            return None
+        context = {"default_image": self.default_image}
+        return HorovodJobSpec.model_validate(memory.accepted[1], context=context)
 
     async def _flavor(self, name: str) -> Obj | None:
         """A ResourceFlavor, read at most every FLAVOR_TTL seconds."""
@@ -285,7 +293,10 @@ class Executor:
         child exists, and nothing is acted on when that write conflicts.
         """
         if plan.accepted_spec is not None:
-            memory.accepted_spec = plan.accepted_spec
+            # The body's own spec dict, shared with the watch's copy until an edit
+            # replaces that: remembering costs nothing while the spec is unchanged.
+            meta = body.get("metadata") or {}
+            memory.accepted = (int(meta.get("generation") or 0), body.get("spec") or {})
         if plan.status is not None:
             written = await self._write_status(key, body, plan.status, memory)
             if written is None:

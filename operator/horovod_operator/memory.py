@@ -1,4 +1,4 @@
-"""What the executor keeps about each job between reconciles, and kopf's indexes.
+"""What the executor keeps about each job between reconciles, and the watched objects.
 
 All of it may be lost in a restart: the next decision rebuilds it from the
 cluster at the cost of a request or two.
@@ -10,7 +10,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .api import HorovodJobSpec
 from .plan import Refusal
 
 Key = tuple[str, str]  # (namespace, job name)
@@ -38,7 +37,9 @@ class JobMemory:
     creating: dict[str, float] = field(default_factory=dict)
     deleting: dict[str, float] = field(default_factory=dict)
     refused: dict[str, Refused] = field(default_factory=dict)
-    accepted_spec: HorovodJobSpec | None = None
+    # (generation, raw spec) of the spec last accepted: a started job whose edit is
+    # invalid keeps running on it (executor._accepted_spec parses it when needed).
+    accepted: tuple[int, Obj] | None = None
     patched: Obj | None = None
     last_write: float = -PROGRESS_INTERVAL
     deferred: bool = False  # a progress-only status change waits for its interval
@@ -48,7 +49,7 @@ class JobMemory:
 
 @dataclass
 class Indexes:
-    """kopf's indexes, by (namespace, job name)."""
+    """The watched objects of each kind (watches.Store), by (namespace, job name)."""
 
     jobs: Index = field(default_factory=dict)
     pods: Index = field(default_factory=dict)

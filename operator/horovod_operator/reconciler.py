@@ -1,10 +1,11 @@
 """The work queue: which job to reconcile when, and one reconcile = observe, decide, act.
 
 Level-triggered: every event of a job or of a child asks for a reconcile of
-that job; events arriving close together are folded into one (`batch_window`),
-and reconciles of one job never overlap. Each reconcile reads the job and its
-children from kopf's indexes (filled from label-selected watches before any
-handler runs, so a restarted operator sees everything at once), asks the pure
+that job. A job is reconciled at once, then at most once per `batch_window`,
+which folds the events that arrive meanwhile into one pass; reconciles of one
+job never overlap. Each reconcile reads the job and its children from the
+watches' stores (watches.py: listed before anything is reconciled, so a
+restarted operator sees everything at once), asks the pure
 :func:`~.decide.decide` for a plan, and has the :class:`~.executor.Executor`
 carry it out. A crash between any two steps leaves a state from which the
 next reconcile does the remaining steps; fixed child names and ownership make
@@ -16,14 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from typing import Final
 
 from . import metrics, names
 from .decide import decide
 from .executor import Executor, StaleView
 from .kube import Kube
-from .memory import Index, Indexes, Key
+from .memory import Key
 
 logger = logging.getLogger(__name__)
 
@@ -46,37 +46,36 @@ class Reconciler:
         stuck_pod_grace: float = 60.0,
         active: bool = True,
         restrict_templates: bool = False,
+        synced: bool = True,
     ) -> None:
         self.kube = kube
         self.batch_window = batch_window
         self.executor = Executor(kube, default_image, stuck_pod_grace, restrict_templates)
         # False on a standby replica: events are noted, nothing is reconciled.
         self.active = active
+        # False until the watches have listed every kind once (watches.py): a job
+        # decided from a partial view could create children that already exist.
+        self.synced = synced
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._dirty: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._errors: dict[Key, int] = {}
         self._started: dict[Key, float] = {}  # reconciles in flight, since when
+        self._last_pass: dict[Key, float] = {}  # when each job's last reconcile ended
 
     # --- triggering ----------------------------------------------------------------------
-
-    def bind(self, indexes: Mapping[str, Index]) -> None:
-        """Take kopf's indexes (handed to handlers as keyword arguments)."""
-        self.executor.indexes = Indexes(
-            jobs=indexes["hvjob_bodies"],
-            pods=indexes["hvjob_pods"],
-            launchers=indexes["hvjob_launchers"],
-            secrets=indexes["hvjob_secrets"],
-            config_maps=indexes["hvjob_config_maps"],
-            services=indexes["hvjob_services"],
-            workloads=indexes.get("hvjob_workloads", {}),
-        )
 
     def trigger(self, key: Key) -> None:
         """Ask for a reconcile of `key`; folded into one already waiting or running."""
         self._dirty.add(key)
-        if self.active and key not in self._tasks:
+        if self.active and self.synced and key not in self._tasks:
             self._tasks[key] = asyncio.get_running_loop().create_task(self._run(key))
+
+    def mark_synced(self) -> None:
+        """Every watched kind has been listed: reconcile what asked meanwhile."""
+        self.synced = True
+        for key in list(self._dirty):
+            self.trigger(key)
 
     def activate(self) -> None:
         """This replica leads: reconcile every job it knows (the standby's indexes are
@@ -115,7 +114,11 @@ class Reconciler:
     async def _run(self, key: Key) -> None:
         try:
             while key in self._dirty:
-                await asyncio.sleep(self.batch_window)
+                # Leading edge: a job not reconciled within the window is reconciled at
+                # once (a new job's first pass waits for nothing); one that was waits
+                # out the window, folding what arrives meanwhile into one pass.
+                since = time.monotonic() - self._last_pass.get(key, -self.batch_window)
+                await asyncio.sleep(max(0.0, self.batch_window - since))
                 self._dirty.discard(key)
                 started = self._started[key] = time.monotonic()
                 try:
@@ -139,7 +142,12 @@ class Reconciler:
                     self._schedule(key, delay)
                 finally:
                     self._started.pop(key, None)
-                    metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+                    ended = time.monotonic()
+                    metrics.RECONCILE_SECONDS.observe(ended - started)
+                    if key in self.executor.indexes.jobs:
+                        self._last_pass[key] = ended
+                    else:
+                        self._last_pass.pop(key, None)
         finally:
             self._tasks.pop(key, None)
 

@@ -22,7 +22,6 @@ class OperatorConfig:
     burst: int = 100
     api_threads: int = 16
     batch_window: float = 0.05
-    peering: str | None = None  # a kopf peering name; None runs standalone
     default_image: str | None = None  # for HorovodJobs that leave spec.image empty
     stuck_pod_grace: float = 60.0  # seconds past a pod's grace period before a force delete
     leader_elect: bool = False
@@ -85,13 +84,8 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         "--batch-window",
         type=float,
         default=float(_env("BATCH_WINDOW", str(defaults.batch_window))),
-        help="seconds to gather a job's events into one reconcile (fewer status writes)",
-    )
-    parser.add_argument(
-        "--peering",
-        default=_env("PEERING", "") or None,
-        help="kopf peering name (kopf's own coordination, not leader election: use "
-        "--leader-elect for several replicas); default: standalone",
+        help="at most one reconcile of a job per this many seconds: the events that "
+        "arrive meanwhile are folded into one (fewer status writes)",
     )
     parser.add_argument(
         "--default-image",
@@ -152,7 +146,6 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         burst=args.burst,
         api_threads=args.api_threads,
         batch_window=args.batch_window,
-        peering=args.peering,
         default_image=args.default_image,
         stuck_pod_grace=args.stuck_pod_grace,
         leader_elect=args.leader_elect,

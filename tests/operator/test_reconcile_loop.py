@@ -15,6 +15,7 @@ from typing import Any
 from horovod_operator import executor
 from horovod_operator.executor import StaleView
 from horovod_operator.kube import KubeError
+from horovod_operator.memory import Index, Indexes
 from horovod_operator.reconciler import Reconciler, retry_delay
 from horovod_operator.sshkeys import generate_key_pair
 from tests.support.aio import wait_for
@@ -93,7 +94,7 @@ class FakeKube:
 
 def reconciler(kube: FakeKube) -> Reconciler:
     loop = Reconciler(kube)  # type: ignore[arg-type]
-    loop.bind(loop_indexes())
+    loop.executor.indexes = loop_indexes()
     return loop
 
 
@@ -289,23 +290,46 @@ def test_a_finished_job_without_its_secret_generates_no_keys(monkeypatch: Any) -
     loop = reconciler(kube)
     finished = copy.deepcopy(JOB)
     finished["status"] = {"phase": "Succeeded", "restarts": 0}
-    loop.bind({**loop_indexes(), "hvjob_bodies": {KEY: [finished]}})
+    loop.executor.indexes = loop_indexes(jobs={KEY: [finished]})
     asyncio.run(loop.reconcile(KEY))
     assert made == []
     assert not [c for c in writes(kube) if c[0] == "create"]
     # A job that is not finished still gets its keys.
-    loop.bind(loop_indexes())
+    loop.executor.indexes = loop_indexes()
     asyncio.run(loop.reconcile(KEY))
     assert made == ["horovod-operator", "horovod-job-host"]
 
 
-def loop_indexes() -> dict[str, Any]:
-    empty: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    return {
-        "hvjob_bodies": {KEY: [JOB]},
-        "hvjob_pods": empty,
-        "hvjob_launchers": empty,
-        "hvjob_secrets": empty,
-        "hvjob_config_maps": empty,
-        "hvjob_services": empty,
-    }
+def loop_indexes(jobs: Index | None = None) -> Indexes:
+    return Indexes(jobs=jobs if jobs is not None else {KEY: [JOB]})
+
+
+def test_a_job_is_reconciled_at_once_then_at_most_once_per_window() -> None:
+    kube = FakeKube()
+    loop = reconciler(kube)
+    loop.batch_window = 0.5
+    passes: list[float] = []
+    reconcile = loop.reconcile
+
+    async def counted(key: tuple[str, str]) -> float | None:
+        passes.append(asyncio.get_running_loop().time())
+        return await reconcile(key)
+
+    loop.reconcile = counted  # type: ignore[method-assign]
+
+    async def run() -> None:
+        start = asyncio.get_running_loop().time()
+        loop.trigger(KEY)
+        loop.trigger(KEY)  # in the same tick: folded into the first pass
+        await wait_for(lambda: passes or None, 5, "no first pass")
+        assert passes[0] - start < 0.2  # not held for the window
+        for _ in range(5):  # a burst of events during and after the pass
+            loop.trigger(KEY)
+            await asyncio.sleep(0.02)
+        await wait_for(lambda: len(passes) >= 2 or None, 5, "no second pass")
+        assert passes[1] - passes[0] >= 0.45  # the window, folding the burst
+        await asyncio.sleep(0.7)
+        assert len(passes) == 2
+        await loop.shutdown()
+
+    asyncio.run(run())

@@ -49,7 +49,8 @@ def test_bench_quick(tmp_path: Path) -> None:
             "--burst",
             "5",
             "--operators",
-            ",".join(operators),
+            # The physical limit too (bench.baseline): a single-job case only.
+            ",".join([*operators, "baseline"]),
             "--out",
             str(out),
         ],
@@ -80,6 +81,10 @@ def test_bench_quick(tmp_path: Path) -> None:
         idle = results["idle"][op]
         assert "error" not in idle, idle
         assert idle["rss_mb"] > 0
+    baseline = results["single"]["2"]["baseline"]
+    assert "error" not in baseline, baseline
+    assert baseline["pods"]["n"] == 1 and baseline["pods"]["median"] > 0
+    assert results["ratios"]["ours/baseline"]["1x2 pods"] > 0, results["ratios"]
     assert "create -> all pods" in proc.stdout
     try:
         import matplotlib  # noqa: F401

@@ -1,0 +1,96 @@
+"""What the operator keeps of each object it watches (pure; watches.py does the watching).
+
+A real pod's body is ~10-35 KB, mostly spec and managedFields, which the
+operator never reads back; the Secret is kept without its private key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+Obj = dict[str, Any]
+
+# What the decisions read of a pod (children.py).
+_POD_META: Final = (
+    "name",
+    "uid",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+    "creationTimestamp",
+)
+_POD_STATUS: Final = (
+    "phase",
+    "reason",
+    "conditions",
+    "containerStatuses",
+    "initContainerStatuses",
+)
+_OWNED_META: Final = ("name", "uid", "labels", "ownerReferences", "deletionTimestamp")
+
+
+def whole(body: Mapping[str, Any]) -> Obj:
+    """HorovodJobs and launcher Jobs are kept whole (the decisions read their specs)
+    but for managedFields, which nothing reads and which can be half the body."""
+    meta = body.get("metadata") or {}
+    if "managedFields" not in meta:
+        return dict(body)
+    return {
+        **body,
+        "metadata": {key: value for key, value in meta.items() if key != "managedFields"},
+    }
+
+
+def slim_pod(body: Mapping[str, Any]) -> Obj:
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    slim_spec: Obj = {"containers": [{"name": c.get("name")} for c in spec.get("containers") or ()]}
+    if spec.get("nodeName"):
+        slim_spec["nodeName"] = spec["nodeName"]
+    return {
+        "kind": "Pod",
+        "metadata": {key: meta[key] for key in _POD_META if key in meta},
+        "spec": slim_spec,
+        "status": {key: status[key] for key in _POD_STATUS if key in status},
+    }
+
+
+def slim_owned(body: Mapping[str, Any], keep_data: bool = False) -> Obj:
+    """The Secret, ConfigMap and Service are watched only to know that they exist and
+    whose they are: their metadata (and the ConfigMap's hostfile), never a private key."""
+    meta = body.get("metadata") or {}
+    slim: Obj = {
+        "kind": body.get("kind"),
+        "metadata": {key: meta[key] for key in _OWNED_META if key in meta},
+    }
+    if keep_data:
+        slim["data"] = dict(body.get("data") or {})
+    return slim
+
+
+def slim_config_map(body: Mapping[str, Any]) -> Obj:
+    return slim_owned(body, keep_data=True)
+
+
+def slim_workload(body: Mapping[str, Any]) -> Obj:
+    """A Workload as the decisions read it (queueing.py): its pod sets' templates, the
+    bulk of it, are the operator's own and never read back."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    slim_spec = {
+        key: spec[key]
+        for key in ("queueName", "priorityClassRef", "priority", "active")
+        if key in spec
+    }
+    slim_spec["podSets"] = [
+        {"name": p.get("name"), "count": p.get("count")} for p in spec.get("podSets") or ()
+    ]
+    kept = (*_OWNED_META, "resourceVersion", "generation")
+    return {
+        "kind": "Workload",
+        "metadata": {key: meta[key] for key in kept if key in meta},
+        "spec": slim_spec,
+        "status": dict(body.get("status") or {}),
+    }

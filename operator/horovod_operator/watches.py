@@ -1,0 +1,325 @@
+"""The operator's view of the cluster: HorovodJobs and their children, listed then watched.
+
+Each watched kind (in each watched namespace, or cluster-wide) is listed once,
+then watched from the list's resourceVersion, as client-go's informers do: a
+watch that ends is resumed from the last version seen, one the server expired
+(410 Gone) is replaced by a fresh list, and objects gone from that list are
+forgotten. Every change asks the reconciler for a reconcile of the job it
+belongs to; nothing is reconciled until every kind has been listed once, so a
+restarted operator decides from a complete view.
+
+Why not kopf's watches and indexes, which the operator used before: kopf runs
+every object through a per-object worker with its own body wrappers, loggers
+and handler machinery, and holds its handlers until every object is indexed
+with a readiness toggle per object that wakes every other waiting object
+(quadratic in the objects present). With 1,000 finished jobs the operator spent
+2.3 s of CPU starting (6 s on a busy machine), most of it there; this costs a
+dictionary update per event. kopf still runs the process (startup, login,
+cleanup, signals, logging).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import aiohttp
+
+from . import names, views
+from .api import GROUP, PLURAL, VERSION
+from .connection import Connection
+from .memory import Indexes, Key
+
+logger = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+LIST_PAGE: Final = 500
+SERVER_TIMEOUT: Final = 300  # seconds a watch request stays open (the server ends it)
+CONNECT_TIMEOUT: Final = 10.0
+MAX_BACKOFF: Final = 30.0
+# A line of a watch stream is one object; etcd stores objects of at most 1.5 MiB.
+MAX_LINE: Final = 4 * 2**20
+
+
+class Gone(Exception):
+    """410: the resourceVersion is too old to watch from; list again."""
+
+
+class WatchError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One watched kind: where it lives, which of its objects, what is kept, and whose."""
+
+    name: str  # the index it fills (memory.Indexes field)
+    kind: str
+    api_version: str
+    plural: str
+    view: Callable[[Mapping[str, Any]], Obj]
+    selector: str | None = names.MANAGED_SELECTOR  # None: every object (HorovodJobs)
+
+    def path(self, namespace: str) -> str:
+        root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        where = f"/namespaces/{namespace}" if namespace else ""
+        return f"{root}{where}/{self.plural}"
+
+    def key(self, obj: Mapping[str, Any]) -> Key | None:
+        """The job an object belongs to: a HorovodJob's own name, a child's label."""
+        meta = obj.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "")
+        if self.selector is None:
+            return namespace, str(meta.get("name"))
+        job = (meta.get("labels") or {}).get(names.LABEL_JOB_NAME)
+        return (namespace, str(job)) if job else None
+
+
+JOBS: Final = Kind("jobs", "HorovodJob", f"{GROUP}/{VERSION}", PLURAL, views.whole, None)
+PODS: Final = Kind("pods", "Pod", "v1", "pods", views.slim_pod)
+LAUNCHERS: Final = Kind("launchers", "Job", "batch/v1", "jobs", views.whole)
+SECRETS: Final = Kind("secrets", "Secret", "v1", "secrets", views.slim_owned)
+CONFIG_MAPS: Final = Kind("config_maps", "ConfigMap", "v1", "configmaps", views.slim_config_map)
+SERVICES: Final = Kind("services", "Service", "v1", "services", views.slim_owned)
+WORKLOADS: Final = Kind(
+    "workloads", "Workload", "kueue.x-k8s.io/v1beta2", "workloads", views.slim_workload
+)
+ALWAYS: Final = (JOBS, PODS, LAUNCHERS, SECRETS, CONFIG_MAPS, SERVICES)
+
+
+class Store(Mapping[Key, Collection[Obj]]):
+    """One kind's objects by the job they belong to (what memory.Index reads)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[Key, dict[str, Obj]] = {}
+        self._where: dict[str, tuple[Key, str]] = {}  # uid -> (key, namespace)
+
+    def __getitem__(self, key: Key) -> Collection[Obj]:
+        return self._by_key[key].values()
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._by_key)
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def put(self, uid: str, key: Key, obj: Obj) -> Key | None:
+        """Keep `obj`; the key it was under before, if that was another."""
+        old = self._where.get(uid)
+        if old is not None and old[0] != key:
+            self.remove(uid)
+        self._by_key.setdefault(key, {})[uid] = obj
+        self._where[uid] = (key, key[0])
+        return old[0] if old is not None and old[0] != key else None
+
+    def remove(self, uid: str) -> Key | None:
+        where = self._where.pop(uid, None)
+        if where is None:
+            return None
+        key = where[0]
+        objs = self._by_key.get(key)
+        if objs is not None:
+            objs.pop(uid, None)
+            if not objs:
+                del self._by_key[key]
+        return key
+
+    def uids(self, namespace: str) -> set[str]:
+        """Every object kept from `namespace` ("" for all)."""
+        return {uid for uid, (_, ns) in self._where.items() if not namespace or ns == namespace}
+
+
+def ssl_context(connection: Connection) -> ssl.SSLContext | bool:
+    if not connection.server.startswith("https:"):
+        return False
+    context = ssl.create_default_context(cafile=connection.ca_file)
+    if connection.insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if connection.cert_file:
+        context.load_cert_chain(connection.cert_file, connection.key_file)
+    return context
+
+
+class Watches:
+    """Every watched kind in every watched namespace ("" alone: cluster-wide)."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        kinds: Collection[Kind],
+        namespaces: Collection[str],
+        on_change: Callable[[Key], None],
+        on_synced: Callable[[], None],
+    ) -> None:
+        self.connection = connection
+        self.kinds = tuple(kinds)
+        self.namespaces = tuple(namespaces) or ("",)
+        self.stores = {kind.name: Store() for kind in self.kinds}
+        self._on_change = on_change
+        self._on_synced = on_synced
+        self._unsynced = {(k.name, ns) for k in self.kinds for ns in self.namespaces}
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def indexes(self) -> Indexes:
+        return Indexes(**{name: store for name, store in self.stores.items()})
+
+    def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=ssl_context(self.connection), limit=0),
+        )
+        for kind in self.kinds:
+            for namespace in self.namespaces:
+                self._tasks.append(asyncio.create_task(self._run(kind, namespace)))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._session is not None:
+            await self._session.close()
+
+    # --- one kind in one namespace -------------------------------------------------------
+
+    async def _run(self, kind: Kind, namespace: str) -> None:
+        version: str | None = None
+        failures = 0
+        where = f"{kind.plural} in {namespace or 'all namespaces'}"
+        while True:
+            try:
+                if version is None:
+                    version = await self._list(kind, namespace)
+                    if (kind.name, namespace) in self._unsynced:
+                        self._unsynced.discard((kind.name, namespace))
+                        if not self._unsynced:
+                            self._on_synced()
+                version = await self._watch(kind, namespace, version)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                logger.info("watch of %s expired (410); listing again", where)
+                version = None
+            except Exception as error:  # the API server restarting, a network fault
+                failures += 1
+                delay = min(MAX_BACKOFF, 0.5 * 2 ** min(failures, 8))
+                logger.warning("watch of %s failed (retry in %.1fs): %s", where, delay, error)
+                await asyncio.sleep(delay)
+
+    def _get(
+        self, path: str, query: dict[str, str], timeout: float
+    ) -> aiohttp.client._RequestContextManager:
+        assert self._session is not None
+        headers = {"Accept": "application/json", "User-Agent": "horovod-operator"}
+        authorization = self.connection.authorization()
+        if authorization:
+            headers["Authorization"] = authorization
+        url = f"{self.connection.server}{path}?{urlencode(query)}"
+        return self._session.get(
+            url,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=timeout),
+        )
+
+    async def _list(self, kind: Kind, namespace: str) -> str:
+        """Replace what is kept of `kind` in `namespace` with a fresh list; its version."""
+        items: list[Obj] = []
+        query = {"limit": str(LIST_PAGE)}
+        if kind.selector:
+            query["labelSelector"] = kind.selector
+        while True:
+            async with self._get(kind.path(namespace), query, 60.0) as response:
+                data = await _json(response)
+            items += data.get("items") or []
+            token = (data.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            query["continue"] = token
+        store = self.stores[kind.name]
+        stale = store.uids(namespace)
+        changed: set[Key] = set()
+        for item in items:
+            item.setdefault("kind", kind.kind)
+            item.setdefault("apiVersion", kind.api_version)
+            uid = str(item["metadata"].get("uid"))
+            stale.discard(uid)
+            changed |= self._put(kind, uid, item)
+        for uid in stale:
+            key = store.remove(uid)
+            if key is not None:
+                changed.add(key)
+        for key in changed:
+            self._on_change(key)
+        return str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def _watch(self, kind: Kind, namespace: str, version: str) -> str:
+        """Follow changes from `version` until the server ends the watch; the last version."""
+        query = {
+            "watch": "true",
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(SERVER_TIMEOUT),
+        }
+        if kind.selector:
+            query["labelSelector"] = kind.selector
+        store = self.stores[kind.name]
+        async with self._get(kind.path(namespace), query, SERVER_TIMEOUT + 30) as response:
+            if response.status != 200:
+                await _json(response)  # raises, naming the status
+            while line := await response.content.readline(max_line_length=MAX_LINE):
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                type_ = event.get("type")
+                if type_ == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone()
+                    raise WatchError(f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
+                meta = obj.get("metadata") or {}
+                version = str(meta.get("resourceVersion") or version)
+                if type_ == "BOOKMARK":
+                    continue
+                uid = str(meta.get("uid"))
+                if type_ == "DELETED":
+                    key = store.remove(uid)
+                    changed = {key} if key is not None else set()
+                else:
+                    changed = self._put(kind, uid, obj)
+                for key in changed:
+                    self._on_change(key)
+        return version
+
+    def _put(self, kind: Kind, uid: str, obj: Obj) -> set[Key]:
+        store = self.stores[kind.name]
+        key = kind.key(obj)
+        if key is None:  # a managed object without the job label: nobody's
+            old = store.remove(uid)
+            return {old} if old is not None else set()
+        moved = store.put(uid, key, kind.view(obj))
+        return {key} if moved is None else {key, moved}
+
+
+async def _json(response: aiohttp.ClientResponse) -> Obj:
+    """The JSON body of a 2xx answer; anything else raises, 410 as Gone."""
+    text = await response.text()
+    if response.status == 410:
+        raise Gone()
+    if not 200 <= response.status < 300:
+        try:
+            status = json.loads(text)
+            message = f"{status.get('reason')}: {status.get('message')}"
+        except ValueError:
+            message = text[:300]
+        raise WatchError(f"{response.status} {message}")
+    data: Obj = json.loads(text)
+    return data

@@ -1,0 +1,105 @@
+"""What the operator keeps of watched objects, which it watches, and kopf's settings."""
+
+import kopf
+
+from horovod_operator import watches
+from horovod_operator.handlers import configure_settings
+from horovod_operator.views import slim_owned, slim_pod
+from horovod_operator.watches import Store
+
+
+def test_every_child_watch_is_label_selected() -> None:
+    # Server-side label selectors: the operator never receives or keeps pods and
+    # Jobs that are not its own, however big the cluster.
+    children = [k for k in (*watches.ALWAYS, watches.WORKLOADS) if k is not watches.JOBS]
+    assert {k.kind for k in children} == {
+        "Pod", "Job", "Secret", "ConfigMap", "Service", "Workload",
+    }  # fmt: skip
+    for kind in children:
+        assert kind.selector == "app.kubernetes.io/managed-by=horovod-operator"
+    assert watches.JOBS.selector is None
+
+
+def test_paths_and_the_job_each_object_belongs_to() -> None:
+    assert watches.PODS.path("ns") == "/api/v1/namespaces/ns/pods"
+    assert watches.LAUNCHERS.path("") == "/apis/batch/v1/jobs"
+    assert watches.JOBS.path("a") == "/apis/horovod.ai/v1alpha1/namespaces/a/horovodjobs"
+    assert watches.JOBS.key({"metadata": {"namespace": "a", "name": "j"}}) == ("a", "j")
+    labelled = {"metadata": {"namespace": "a", "labels": {"horovod.ai/job-name": "j"}}}
+    assert watches.PODS.key(labelled) == ("a", "j")
+    assert watches.PODS.key({"metadata": {"namespace": "a", "labels": {}}}) is None
+
+
+def test_a_store_keeps_objects_by_job_and_forgets_them() -> None:
+    store = Store()
+    assert store.put("u1", ("a", "j"), {"n": 1}) is None
+    store.put("u2", ("a", "j"), {"n": 2})
+    store.put("u3", ("b", "k"), {"n": 3})
+    assert sorted(o["n"] for o in store[("a", "j")]) == [1, 2]
+    assert store.uids("a") == {"u1", "u2"} and len(store.uids("")) == 3
+    # An object relabelled to another job moves, and the old job hears of it.
+    assert store.put("u2", ("a", "other"), {"n": 2}) == ("a", "j")
+    assert [o["n"] for o in store[("a", "j")]] == [1]
+    assert store.remove("u1") == ("a", "j")
+    assert ("a", "j") not in store and store.remove("u1") is None
+    assert set(store) == {("a", "other"), ("b", "k")}
+
+
+def test_kopf_posts_nothing() -> None:
+    settings = kopf.OperatorSettings()
+    configure_settings(settings)
+    assert settings.posting.enabled is False
+
+
+def test_the_secret_view_keeps_no_key() -> None:
+    secret = {
+        "kind": "Secret",
+        "metadata": {"name": "s", "uid": "u", "labels": {}, "resourceVersion": "9"},
+        "data": {"id_ed25519": "c2VjcmV0"},
+    }
+    assert slim_owned(secret) == {
+        "kind": "Secret",
+        "metadata": {"name": "s", "uid": "u", "labels": {}},
+    }
+
+
+def test_the_pod_index_keeps_only_what_decisions_read() -> None:
+    pod = {
+        "metadata": {
+            "name": "j-worker-0",
+            "uid": "p1",
+            "labels": {"a": "b"},
+            "ownerReferences": [{"uid": "u", "controller": True}],
+            "creationTimestamp": "t",
+            "managedFields": [{"manager": "x" * 5000}],
+            "annotations": {"big": "y" * 5000},
+        },
+        "spec": {
+            "containers": [{"name": "worker", "env": [{"name": "A", "value": "z" * 5000}]}],
+            "nodeName": "n1",
+            "volumes": [{"name": "v"}],
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "worker", "state": {"running": {}}}],
+            "podIP": "10.0.0.1",
+        },
+    }
+    slim = slim_pod(pod)
+    assert slim == {
+        "kind": "Pod",
+        "metadata": {
+            "name": "j-worker-0",
+            "uid": "p1",
+            "labels": {"a": "b"},
+            "ownerReferences": [{"uid": "u", "controller": True}],
+            "creationTimestamp": "t",
+        },
+        "spec": {"containers": [{"name": "worker"}], "nodeName": "n1"},
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "worker", "state": {"running": {}}}],
+        },
+    }
