@@ -161,7 +161,8 @@ def table(res: Mapping[str, Any]) -> str:
             ("rss_mb", f"RSS idle with {n} finished jobs", " MB", 1),
             ("idle_cpu_seconds", "CPU seconds in the idle window", " s", 2),
             ("idle_window_seconds", "idle window", " s", 0),
-            ("startup_cpu_seconds", f"CPU seconds to start with {n} jobs", " s", 2),
+            ("startup_cpu_seconds", f"CPU seconds to start with {n} jobs, less with none", " s", 2),
+            ("startup_cpu_no_jobs_seconds", "CPU seconds to start with no jobs", " s", 2),
         ):
             cells = []
             for o in ops:

@@ -98,6 +98,20 @@ def operator_specs(
     return [specs[k] for k in which]
 
 
+def settled_cpu(pid: int, limit: float = 120.0) -> tuple[float, float]:
+    """A process's CPU seconds since it started, once it stays quiet for two seconds in
+    a row (at most `limit` seconds), and how long that took."""
+    started = time.monotonic()
+    quiet = 0
+    last = cpu_seconds(pid)
+    while quiet < 2 and time.monotonic() - started < limit:
+        time.sleep(1.0)
+        cur = cpu_seconds(pid)
+        quiet = quiet + 1 if cur - last < 0.03 else 0
+        last = cur
+    return last, time.monotonic() - started
+
+
 def plan(args: argparse.Namespace) -> dict[str, Any]:
     if args.quick:
         return {
@@ -501,26 +515,21 @@ class Bench:
             offset = self.audit_offset()
             load = loadavg()
             with self.operator(spec, ns) as op:
-                # Start-up: until the CPU stays quiet for two seconds in a row (at most 120 s).
-                started = time.monotonic()
-                quiet = 0
-                last = cpu_seconds(op.pid)
-                cpu_start = last
-                while quiet < 2 and time.monotonic() - started < 120:
-                    time.sleep(1.0)
-                    cur = cpu_seconds(op.pid)
-                    quiet = quiet + 1 if cur - last < 0.03 else 0
-                    last = cur
-                startup_cpu = last - cpu_start
-                settle = time.monotonic() - started
+                total_cpu, settle = settled_cpu(op.pid)
                 sampler = Sampler(op.pid).start()
                 time.sleep(window)
                 proc_stats = sampler.stop()
                 rss = rss_mb(op.pid)
             counts = self.api_counts(spec, ns, offset)
+        # What the jobs cost to start with: the same start with none, in the same run
+        # (interpreter, imports, discovery and the first lists are in both).
+        with self.namespace(f"{spec.key}-idle0") as empty, self.operator(spec, empty) as op:
+            empty_cpu, _ = settled_cpu(op.pid)
+        startup_cpu = max(0.0, total_cpu - empty_cpu)
         log(
             f"{spec.key} idle with {jobs} finished jobs: rss {rss:.1f} MB, "
-            f"idle cpu {proc_stats['cpu_seconds']}s/{window:.0f}s, startup cpu {startup_cpu:.2f}s"
+            f"idle cpu {proc_stats['cpu_seconds']}s/{window:.0f}s, startup cpu {startup_cpu:.2f}s "
+            f"({total_cpu:.2f}s, with no jobs {empty_cpu:.2f}s)"
         )
         result: dict[str, Any] = {
             "jobs": jobs,
@@ -528,6 +537,8 @@ class Bench:
             "idle_cpu_seconds": proc_stats["cpu_seconds"],
             "idle_window_seconds": proc_stats["wall_seconds"],
             "startup_cpu_seconds": round(startup_cpu, 2),
+            "startup_cpu_total_seconds": round(total_cpu, 2),
+            "startup_cpu_no_jobs_seconds": round(empty_cpu, 2),
             "startup_settle_seconds": round(settle, 1),
             "loadavg": load,
         }

@@ -109,15 +109,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     # Workloads are watched only where Kueue serves them (a restart picks up a later install).
     kinds = [*watches.ALWAYS, *([watches.WORKLOADS] if reconciler.executor.kueue_api else [])]
-    watched = memo.watches = watches.Watches(
-        connection,
-        kinds,
-        config.namespaces,
-        on_change=reconciler.trigger,
-        on_synced=reconciler.mark_synced,
-    )
-    reconciler.executor.indexes = watched.indexes()
-    watched.start()
     # Time to the first training step: rank 0's line in its log (first_step.py).
     watcher = FirstStepWatcher(
         kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
@@ -132,14 +123,26 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         memo.elector = asyncio.create_task(
             elector.run(on_started=reconciler.activate, on_stopped=reconciler.deactivate)
         )
-    memo.health = None
+    health: metrics.HealthServer | None = None
     if config.http_port:
         health = metrics.HealthServer(
             config.http_port, stalled=lambda: reconciler.stalled_for() > config.stall_seconds
         )
         await health.start()
-        health.ready = True
-        memo.health = health
+    memo.health = health
+
+    def synced() -> None:
+        # Ready once every watched kind is listed, as controller-runtime's caches: a
+        # replica that answers ready has the whole view it decides from.
+        reconciler.mark_synced()
+        if health is not None:
+            health.ready = True
+
+    watched = memo.watches = watches.Watches(
+        connection, kinds, config.namespaces, on_change=reconciler.trigger, on_synced=synced
+    )
+    reconciler.executor.indexes = watched.indexes()
+    watched.start()
     logger.info(
         "horovod-operator watching %s",
         ", ".join(config.namespaces) if config.namespaces else "all namespaces",
@@ -148,8 +151,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 @kopf.on.login()
 def login(**_: Any) -> kopf.ConnectionInfo:
-    """kopf's watches use the same credentials as the reconciler (--kubeconfig or in-cluster);
-    kopf logs in again when the API server answers 401, which rereads a rotated token."""
+    """kopf logs in before it runs anything; with the reconciler's credentials
+    (--kubeconfig or in-cluster), although kopf itself watches nothing (watches.py)."""
     connection = load_connection(CONFIG.kubeconfig)
     header = connection.authorization()
     scheme, token = None, None
