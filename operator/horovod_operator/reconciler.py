@@ -117,8 +117,11 @@ class Reconciler:
                 # Leading edge: a job not reconciled within the window is reconciled at
                 # once (a new job's first pass waits for nothing); one that was waits
                 # out the window, folding what arrives meanwhile into one pass.
-                since = time.monotonic() - self._last_pass.get(key, -self.batch_window)
-                await asyncio.sleep(max(0.0, self.batch_window - since))
+                last = self._last_pass.get(key)
+                if last is not None:
+                    await asyncio.sleep(max(0.0, last + self.batch_window - time.monotonic()))
+                else:
+                    await asyncio.sleep(0)  # triggers of this same tick fold into this pass
                 self._dirty.discard(key)
                 started = self._started[key] = time.monotonic()
                 try:
