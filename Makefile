@@ -56,11 +56,11 @@ cluster-down:
 crd:  ## regenerate crds/, the chart's CRD and docs/api.md from the models
 	.venv/bin/python -m horovod_operator.crd
 
-bench:  ## the short benchmark: 8 and 64 workers, a 30-job burst, idle with 1,000 jobs (~15 min); docs/benchmarks
+bench:  ## the short benchmark: 8 and 64 workers, a 30-job burst, idle with 1,000 jobs (~15 min); .work/bench
 	SKIP_WORKER=1 hack/bootstrap.sh
-	.venv/bin/python -m bench --sizes 8,64 --repeats 3 --burst-jobs 30
+	.venv/bin/python -m bench --sizes 8,64 --repeats 3 --burst-jobs 30 --out .work/bench
 
-bench-full:  ## the run docs/benchmarks is made from: 8, 64 and 512 workers, a 100-job burst (~40 min)
+bench-full:  ## the run docs/benchmarks is made from: 8, 64 and 512 workers, a 100-job burst (~40 min); docs/benchmarks
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/python -m bench
 
