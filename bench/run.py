@@ -360,9 +360,8 @@ class Bench:
                     for key, value in one.items():
                         samples[key].append(value)
                     log(
-                        f"{spec.key} 1x{size} #{r}: pods {one['pods']:.2f}s, running "
-                        f"{one['running']:.2f}s, launcher->Succeeded "
-                        f"{one['status_propagation']:.2f}s"
+                        f"{spec.key} 1x{size} #{r}: "
+                        + ", ".join(f"{k} {v:.2f}s" for k, v in one.items())
                     )
                     # cleanPodPolicy Running: the operator deletes the workers now; the next
                     # job starts once they are gone, so it does not queue behind the deletes.
