@@ -218,12 +218,13 @@ class Bench:
 
     def install_crds(self, kinds: set[str]) -> None:
         assert self.impl is not None
-        paths = [HV_CRD] if "horovod" in kinds else []
+        horovod = bool(kinds & {"horovod", "baseline"})  # the baseline reads HorovodJobs too
+        paths = [HV_CRD] if horovod else []
         if "mpi" in kinds:
             paths.append(mpi_crd())
         for path in paths:
             self.impl.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        for name in (["horovodjobs.horovod.ai"] if "horovod" in kinds else []) + (
+        for name in (["horovodjobs.horovod.ai"] if horovod else []) + (
             ["mpijobs.kubeflow.org"] if "mpi" in kinds else []
         ):
             for attempt in range(20):  # right after apply the CRD may have no status yet
@@ -341,7 +342,8 @@ class Bench:
         """1 job of `size` workers, `repeats` times, one after the other."""
         assert self.client is not None
         client = self.client
-        timeout = 60 + 3 * (size + 20) / spec.qps
+        # An unlimited client (qps 0) is timed as one at 1,000/s.
+        timeout = 60 + 3 * (size + 20) / (spec.qps or 1000.0)
         if spec.kind == "mpi":
             # mpi-operator enqueues every pod event through a token bucket of 10/s (burst 100,
             # --controller-queue-rate-limit): a big job's ~4 events per pod queue up for minutes.
@@ -434,7 +436,7 @@ class Bench:
         assert self.client is not None
         client = self.client
         expected = jobs * (workers + 1)
-        timeout = 120 + 3 * expected * 2 / spec.qps
+        timeout = 120 + 3 * expected * 2 / (spec.qps or 1000.0)
         if spec.kind == "mpi":
             timeout += 4 * expected / 10  # its event queue's 10/s token bucket, as in single()
         names = [f"b{i:03d}" for i in range(jobs)]
