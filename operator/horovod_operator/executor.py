@@ -292,16 +292,18 @@ class Executor:
         The status goes first: a new job's first write is its status, before any
         child exists, and nothing is acted on when that write conflicts.
         """
-        if plan.accepted_spec is not None:
-            # The body's own spec dict, shared with the watch's copy until an edit
-            # replaces that: remembering costs nothing while the spec is unchanged.
-            meta = body.get("metadata") or {}
-            memory.accepted = (int(meta.get("generation") or 0), body.get("spec") or {})
+        observed = body
         if plan.status is not None:
             written = await self._write_status(key, body, plan.status, memory)
             if written is None:
                 return None
             body = written
+        if plan.accepted_spec is not None:
+            # Accepted once acted on (a stale view's conflict above never is). The
+            # observed body's own spec dict, shared with the watch's copy until an edit
+            # replaces that: remembering costs nothing while the spec is unchanged.
+            meta = observed.get("metadata") or {}
+            memory.accepted = (int(meta.get("generation") or 0), observed.get("spec") or {})
         for event in plan.events:
             await self._post_event(body, event)
         await self._delete(key, plan.deletes, memory, body)
