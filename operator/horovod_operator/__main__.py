@@ -17,7 +17,7 @@ def without_kubernetes_package() -> Iterator[None]:
     It is installed (the SDK uses it), and kopf imports it whenever it can, only to
     recognise that package's models and to offer a login through it; the operator
     passes dicts and logs in itself (connection.py). Not importing it keeps about
-    20 MB out of the process. A None in sys.modules makes `import kubernetes` fail;
+    10 MB out of the process. A None in sys.modules makes `import kubernetes` fail;
     it is taken out afterwards, so that a kubeconfig with an exec plugin can still
     load the package then."""
     hidden = "kubernetes" not in sys.modules

@@ -1,7 +1,7 @@
 """Where the API server is and how to prove who we are: in-cluster or a kubeconfig.
 
 The operator reads its credentials itself instead of through the kubernetes
-package: that package costs the process about 20 MB of resident memory (kopf
+package: that package costs the process about 10 MB of resident memory (kopf
 imports it too, when it is importable, only to recognise its models), and the
 operator needs only what a ServiceAccount or a plain kubeconfig holds: a server,
 a CA, a client certificate or a bearer token. A kubeconfig whose user runs an
