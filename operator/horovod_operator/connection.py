@@ -71,12 +71,6 @@ class Connection:
             return f"Basic {base64.b64encode(pair).decode()}"
         return None
 
-    def bearer_token(self) -> str | None:
-        header = self.authorization()
-        if header and header.startswith("Bearer "):
-            return header[len("Bearer ") :]
-        return None
-
 
 def load_connection(
     kubeconfig: str | None, context: str | None = None, in_cluster_first: bool = True

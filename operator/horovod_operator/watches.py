@@ -113,11 +113,12 @@ class Store(Mapping[Key, Collection[Obj]]):
     def put(self, uid: str, key: Key, obj: Obj) -> Key | None:
         """Keep `obj`; the key it was under before, if that was another."""
         old = self._where.get(uid)
-        if old is not None and old[0] != key:
+        moved = old[0] if old is not None and old[0] != key else None
+        if moved is not None:
             self.remove(uid)
         self._by_key.setdefault(key, {})[uid] = obj
         self._where[uid] = (key, key[0])
-        return old[0] if old is not None and old[0] != key else None
+        return moved
 
     def remove(self, uid: str) -> Key | None:
         where = self._where.pop(uid, None)

@@ -1,10 +1,12 @@
 """What the operator keeps of watched objects, which it watches, and kopf's settings."""
 
+from typing import Any
+
 import kopf
 
 from horovod_operator import watches
 from horovod_operator.handlers import configure_settings
-from horovod_operator.views import slim_owned, slim_pod
+from horovod_operator.views import slim_owned, slim_pod, whole
 from horovod_operator.watches import Store
 
 
@@ -61,6 +63,18 @@ def test_the_secret_view_keeps_no_key() -> None:
         "kind": "Secret",
         "metadata": {"name": "s", "uid": "u", "labels": {}},
     }
+
+
+def test_jobs_are_kept_whole_but_for_managed_fields() -> None:
+    job: dict[str, Any] = {
+        "kind": "HorovodJob",
+        "metadata": {"name": "j", "managedFields": [{"manager": "kubectl"}]},
+        "spec": {"worker": {"replicas": 2}},
+    }
+    kept = whole(job)
+    assert kept == {"kind": "HorovodJob", "metadata": {"name": "j"}, "spec": job["spec"]}
+    assert job["metadata"]["managedFields"]  # the watch's own copy is not changed
+    assert whole(kept) == kept
 
 
 def test_the_pod_index_keeps_only_what_decisions_read() -> None:
