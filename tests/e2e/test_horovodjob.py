@@ -88,13 +88,30 @@ def wait_finished(cluster: KubeCluster, namespace: str, name: str, timeout: floa
 
 def assert_first_step_recorded(cluster: KubeCluster, namespace: str, name: str) -> None:
     """status.firstStepTime within the job's run, and the TrainingStarted Event
-    (the operator's time to first step, read from rank 0's log: first_step.py)."""
-    status = cluster.get("hj", name, namespace)["status"]
-    first = status.get("firstStepTime")
-    assert first is not None, status
+    (the operator's time to first step, read from rank 0's log: first_step.py).
+
+    A job that finishes between two of the watcher's looks gets its last look on
+    the watcher's next tick after Succeeded, so the field and the Event may land a
+    moment after the phase: waited for, briefly, rather than read once."""
+
+    def started_events() -> list[Any]:
+        events = cluster.get("events", namespace=namespace)["items"]
+        return [e for e in events if e["reason"] == "TrainingStarted"]
+
+    def recorded() -> Any:
+        status = cluster.get("hj", name, namespace)["status"]
+        return status if status.get("firstStepTime") and started_events() else None
+
+    status = wait_for(
+        recorded,
+        20,
+        0.5,
+        f"status.firstStepTime and the TrainingStarted Event of {name}",
+        describe=lambda: str(cluster.get("hj", name, namespace)["status"]),
+    )
+    first = status["firstStepTime"]
     assert status["startTime"] <= first <= status["completionTime"], status
-    events = cluster.get("events", namespace=namespace)["items"]
-    started = [e for e in events if e["reason"] == "TrainingStarted"]
+    started = started_events()
     assert [e["involvedObject"]["name"] for e in started] == [name], started
     assert "rank 0 started training" in started[0]["message"]
 
