@@ -23,8 +23,14 @@ Obj = dict[str, Any]
 
 
 def horovod_job(
-    name: str, workers: int, clean_pod_policy: str = "Running", status: Obj | None = None
+    name: str,
+    workers: int,
+    clean_pod_policy: str = "Running",
+    status: Obj | None = None,
+    gang: str | None = None,
 ) -> Obj:
+    """`gang`: spec.scheduling.gang.policy when given (default Auto: a native gang
+    where the cluster serves PodGroups, as the bench cluster does)."""
     job: Obj = {
         "apiVersion": HVJOB_API,
         "kind": "HorovodJob",
@@ -41,6 +47,8 @@ def horovod_job(
             },
         },
     }
+    if gang is not None:
+        job["spec"]["scheduling"] = {"gang": {"policy": gang}}
     if status is not None:
         job["status"] = status
     return job

@@ -119,6 +119,8 @@ class OperatorSpec:
     qps: float
     burst: int
     extra: list[str] = field(default_factory=list)
+    # Ours only: the jobs' spec.scheduling.gang.policy (None: the default, Auto).
+    gang: str | None = None
 
     @property
     def user_agents(self) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,11 @@ from .stats import ratio
 # What ours is compared with: the peer in three configurations, and the physical
 # limit (bench.baseline: the same objects from a minimal client; only "pods").
 THEIRS = ("mpi-tuned", "mpi", "mpi-defaults", "baseline", "baseline-unlimited")
+# Ours as shipped, and without the gang (the scheduling mpi-operator's pods get).
+OURS = ("ours", "ours-nogang")
 LABELS = {
     "ours": "horovod-operator",
+    "ours-nogang": "horovod-operator (no gang, as mpi-operator)",
     "mpi-tuned": "mpi-operator (same QPS, work queue unthrottled)",
     "mpi": "mpi-operator (same QPS)",
     "mpi-defaults": "mpi-operator (defaults)",
@@ -44,12 +48,13 @@ def _plain_ratio(a: Any, b: Any) -> float | None:
 
 
 def ratios(res: Mapping[str, Any]) -> dict[str, Any]:
-    """ours / theirs for every measure both have, against each mpi-operator configuration."""
+    """ours / theirs for every measure both have, against each mpi-operator configuration
+    and the minimal client; for each of our configurations that ran."""
     out: dict[str, Any] = {}
-    for theirs in THEIRS:
+    for mine, theirs in itertools.product(OURS, THEIRS):
         r: dict[str, Any] = {}
         for size, by_op in (res.get("single") or {}).items():
-            ours, other = by_op.get("ours") or {}, by_op.get(theirs) or {}
+            ours, other = by_op.get(mine) or {}, by_op.get(theirs) or {}
             for key, _ in SINGLE_MEASURES:
                 value = _single_ratio(ours.get(key), other.get(key))
                 if value is not None:
@@ -63,18 +68,18 @@ def ratios(res: Mapping[str, Any]) -> dict[str, Any]:
         burst = res.get("burst") or {}
         for key in ("all_pods", "all_running"):
             value = _plain_ratio(
-                (burst.get("ours") or {}).get(key), (burst.get(theirs) or {}).get(key)
+                (burst.get(mine) or {}).get(key), (burst.get(theirs) or {}).get(key)
             )
             if value is not None:
                 r[f"burst {key}"] = value
         idle = res.get("idle") or {}
         value = _plain_ratio(
-            (idle.get("ours") or {}).get("rss_mb"), (idle.get(theirs) or {}).get("rss_mb")
+            (idle.get(mine) or {}).get("rss_mb"), (idle.get(theirs) or {}).get("rss_mb")
         )
         if value is not None:
             r["idle rss"] = value
         if r:
-            out[f"ours/{theirs}"] = r
+            out[f"{mine}/{theirs}"] = r
     return out
 
 
@@ -102,7 +107,7 @@ def _fmt(value: Any, unit: str = "", digits: int = 2) -> str:
 
 
 def _ops(res: Mapping[str, Any]) -> list[str]:
-    known = ["ours", *THEIRS]
+    known = [*OURS, *THEIRS]
     ops = list((res.get("meta") or {}).get("operators") or {})
     if not ops:
         return known
@@ -222,6 +227,7 @@ def plots(res: Mapping[str, Any], out: Path, prefix: str = "") -> list[Path]:
     ops = _ops(res)
     colors = {
         "ours": "tab:green",
+        "ours-nogang": "tab:olive",
         "mpi-tuned": "tab:purple",
         "mpi": "tab:blue",
         "mpi-defaults": "tab:gray",

@@ -126,15 +126,14 @@ def _watcher(kube: _Kube, indexes: Indexes) -> FirstStepWatcher:
 def test_a_job_that_finishes_between_two_looks_gets_a_last_look() -> None:
     kube = _Kube({"j-launcher-abcde": "2026-12-01T11:03:27Z importing\n"})
     key = ("ns", "j")
-    indexes = Indexes(
-        jobs={key: [_job("Running")]}, pods={key: [_pod("j-launcher-abcde", ["launcher"])]}
-    )
+    jobs = {key: [_job("Running")]}
+    indexes = Indexes(jobs=jobs, pods={key: [_pod("j-launcher-abcde", ["launcher"])]})
     watcher = _watcher(kube, indexes)
     asyncio.run(watcher.scan(100.0))
     assert kube.reads == ["j-launcher-abcde"] and not kube.patches
     # Before the next look is due the job finishes, the line now in the log.
     kube.logs["j-launcher-abcde"] += STAMPED
-    indexes.jobs[key] = [_job("Succeeded")]
+    jobs[key] = [_job("Succeeded")]
     asyncio.run(watcher.scan(100.5))
     assert kube.patches == [{"firstStepTime": "2026-12-01T11:03:31Z"}]
     assert kube.events == ["TrainingStarted"]

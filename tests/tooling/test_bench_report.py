@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench import report
+from bench import manifests, report
 from bench.stats import summarize
 
 RESULTS = {
@@ -63,6 +65,24 @@ def test_ratios_are_ours_over_theirs() -> None:
     assert r["burst all_pods"] == 0.5
     assert r["idle rss"] == 2.0
     assert "ours/mpi-defaults" not in report.ratios(RESULTS)  # it only has an error
+
+
+def test_our_gangless_configuration_gets_its_own_ratios_and_column() -> None:
+    res: dict[str, Any] = copy.deepcopy(RESULTS)
+    res["meta"]["operators"]["ours-nogang"] = {}
+    res["single"]["8"]["ours-nogang"] = {"pods": summarize([0.4, 0.48])}
+    rat = report.ratios(res)
+    assert rat["ours-nogang/mpi"] == {"1x8 pods": pytest.approx(0.44 / 1.1, abs=1e-3)}
+    assert rat["ours/mpi"] == report.ratios(RESULTS)["ours/mpi"]
+    head = report.table(res).splitlines()[2]
+    assert head.startswith("| measure | horovod-operator | horovod-operator (no gang"), head
+
+
+def test_the_gangless_job_asks_for_no_gang_and_the_default_one_leaves_it_to_auto() -> None:
+    assert manifests.horovod_job("j", 8, gang="None")["spec"]["scheduling"] == {
+        "gang": {"policy": "None"}
+    }
+    assert "scheduling" not in manifests.horovod_job("j", 8)["spec"]
 
 
 def test_table_has_every_measure_and_marks_errors() -> None:
