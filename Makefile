@@ -1,5 +1,5 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-full bench-quick
+.PHONY: images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-full bench-quick bench-realpods
 
 
 demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
@@ -63,6 +63,11 @@ bench:  ## the short benchmark: 8 and 64 workers, a 30-job burst, idle with 1,00
 bench-full:  ## the run docs/benchmarks is made from: 8, 64 and 512 workers, a 100-job burst (~40 min); docs/benchmarks
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/python -m bench
+
+bench-realpods:  ## apply -> first step -> Succeeded with real pods, ours and mpi-operator on the node agent (root; 3 runs each, ~10 min); docs/benchmarks/realpods.json
+	hack/bootstrap.sh
+	HVK_REALPODS_REPEATS=3 HVK_REALPODS_OUT=docs/benchmarks/realpods.json \
+	  .venv/bin/pytest -s tests/e2e/test_realpods.py
 
 soak:  ## chaos soak: 10 minutes of jobs and seeded faults, invariants checked (docs/soak)
 	SKIP_WORKER=1 hack/bootstrap.sh

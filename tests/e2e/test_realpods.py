@@ -1,0 +1,222 @@
+"""Apply -> first step -> Succeeded with real pods, ours against kubeflow/mpi-operator.
+
+One program, two operators, on the node agent (bench/realpods.py says what is
+timed). mpi-operator v0.8.0 runs the MPIJob of tests/testdata/mpijob-horovod.yaml
+as its users write it (workers run the image's `sshd -De` as root, the launcher
+`mpirun ... python ...`), with `launcherCreationPolicy: WaitForWorkersReady`: its
+default, AtStartup, starts mpirun before the workers' names resolve, the race
+its users report. Ours runs that MPIJob converted by `hvjob convert`. Both place
+their pods on the agent's nodes, use the stand-in program and the image's ssh
+client settings (test_mpijob_image.py).
+
+HVK_REALPODS_REPEATS=N runs each N times, alternating; HVK_REALPODS_OUT=path
+writes the runs and the table there (`make bench-realpods`). Timings are
+recorded, never asserted: a loaded machine would fail a timed test. What is
+asserted is that both jobs succeed with their ranks on the workers, and that
+every milestone was seen, in order.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import manifests, procs, realpods
+from bench.run import operator_specs
+from localcluster.kube import Client
+from localcluster.paths import WORK
+from localcluster.poll import wait_for
+from localcluster.processes import port_free
+from tests.e2e.test_horovodjob import RANK_LINE
+from tests.e2e.test_mpijob_image import (
+    IMAGE_SSH_CONFIG,
+    MPIJOB,
+    PROGRAM,
+    SSH_CONFIG_D,
+    converted,
+    on_this_rung,
+)
+from tests.support.cluster import KubeCluster
+from tests.support.nodeagent import LOCAL_PLACEMENT, PYTHON, Agent
+from tests.support.prerequisites import skip_unless_ci
+from tests.support.timings import record_timing
+
+WORKERS = 2
+LABELS = {
+    "ours": "horovod-operator",
+    "mpi-operator": "mpi-operator v0.8.0 (WaitForWorkersReady, work queue unthrottled)",
+}
+# The part of "-> first step" that is the interpreter and framework loading.
+IMPORTS = ("torch", "horovod.torch")
+
+
+def mpi_job(name: str) -> dict[str, Any]:
+    """The testdata MPIJob on this rung: placed on the agent's nodes, the stand-in
+    program after its mpirun options, the image's ssh client settings mounted."""
+    job: dict[str, Any] = yaml.safe_load(MPIJOB.read_text())
+    job["metadata"] = {"name": name}
+    job["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
+    replicas = job["spec"]["mpiReplicaSpecs"]
+    args = replicas["Launcher"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-2:] == ["python", "/examples/tensorflow_mnist.py"], args
+    args[-2:] = PROGRAM
+    for role in ("Launcher", "Worker"):
+        pod = replicas[role]["template"]["spec"]
+        pod.update(copy.deepcopy(LOCAL_PLACEMENT))
+        pod.setdefault("volumes", []).append(
+            {"name": "image-ssh-config", "configMap": {"name": "image-ssh-config"}}
+        )
+        pod["containers"][0].setdefault("volumeMounts", []).append(
+            {"name": "image-ssh-config", "mountPath": SSH_CONFIG_D, "readOnly": True}
+        )
+    return job
+
+
+def horovod_job(name: str) -> dict[str, Any]:
+    job = on_this_rung(converted()[0])
+    job["metadata"] = {"name": name}
+    return job
+
+
+@pytest.fixture
+def mpi_operator(cluster: KubeCluster, agent: Agent, namespace: str) -> Iterator[None]:
+    """mpi-operator v0.8.0 (built from its Go module, cached) watching the test's
+    namespace, at its best: our client rate and its work queue unthrottled."""
+    if not shutil.which("go"):
+        skip_unless_ci("needs Go to build mpi-operator")
+    if not port_free(procs.MPI_HEALTH_PORT, "0.0.0.0"):
+        pytest.fail(f"port {procs.MPI_HEALTH_PORT} (mpi-operator's /healthz) is taken")
+    procs.build_mpi_operator()
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(procs.mpi_crd()))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s"
+    )
+    (spec,) = operator_specs(50, 100, ["mpi-tuned"])  # our operator's default client rate
+    process = procs.MpiOperatorProcess(
+        spec, cluster.kubeconfig, namespace, agent.state_dir / f"mpi-operator-{namespace}.log"
+    )
+    process.start_and_wait(timeout=60)
+    try:
+        yield
+    finally:
+        process.stop(timeout=30)
+
+
+def _ranks_on_workers(log: str, name: str) -> list[tuple[int, str]]:
+    found = sorted((int(m.group(1)), m.group(5)) for m in RANK_LINE.finditer(log))
+    assert [rank for rank, _ in found] == list(range(WORKERS)), log[-3000:]
+    assert all(host.startswith(f"{name}-worker-") for _, host in found), found
+    return found
+
+
+def _pods_gone(cluster: KubeCluster, namespace: str, name: str) -> bool:
+    pods = cluster.get("pods", namespace=namespace)["items"]
+    return not any(p["metadata"]["name"].startswith(f"{name}-") for p in pods)
+
+
+def _timed_run(
+    cluster: KubeCluster,
+    client: Client,
+    namespace: str,
+    path: str,
+    job: dict[str, Any],
+    phase_of: Callable[[dict[str, Any]], str | None],
+) -> dict[str, Any]:
+    """One job timed to the end (bench.realpods.run_one), checked, then deleted."""
+    name = job["metadata"]["name"]
+    logs: list[str] = []
+
+    def launcher_log(pod: str) -> str:
+        logs.append(cluster.kubectl("logs", "--timestamps", pod, "-n", namespace).stdout)
+        return logs[-1]
+
+    def finished(obj: dict[str, Any]) -> str | None:
+        phase = phase_of(obj)
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    run = realpods.run_one(client, namespace, path, job, WORKERS, finished, launcher_log)
+    log = logs[-1] if logs else ""
+    assert run["phase"] == "Succeeded", (name, run, log[-3000:])
+    _ranks_on_workers(log, name)
+    marks = [run["milestones"][m] for m in realpods.MILESTONES]
+    assert all(m is not None for m in marks), (name, run)
+    assert marks == sorted(marks), (name, run)
+    cluster.kubectl("delete", path.rsplit("/", 1)[1], name, "-n", namespace)
+    wait_for(
+        functools.partial(_pods_gone, cluster, namespace, name),
+        120,
+        1.0,
+        f"the pods of {name} to be gone",
+    )
+    return run
+
+
+def test_apply_to_first_step_ours_and_mpi_operators(
+    cluster: KubeCluster, agent: Agent, operator: Path, mpi_operator: None, namespace: str
+) -> None:
+    client = Client(cluster.kubeconfig)
+    repeats = int(os.environ.get("HVK_REALPODS_REPEATS", "1"))
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "image-ssh-config"},
+            "data": {"mpi-operator-image.conf": IMAGE_SSH_CONFIG},
+        },
+        namespace,
+    )
+    shapes = {
+        "ours": (
+            f"/apis/{manifests.HVJOB_API}/namespaces/{namespace}/{manifests.HVJOB_PLURAL}",
+            horovod_job,
+            manifests.horovod_phase,
+        ),
+        "mpi-operator": (
+            f"/apis/{manifests.MPIJOB_API}/namespaces/{namespace}/{manifests.MPIJOB_PLURAL}",
+            mpi_job,
+            manifests.mpi_phase,
+        ),
+    }
+
+    runs: dict[str, list[dict[str, Any]]] = {key: [] for key in shapes}
+    try:
+        for i in range(repeats):
+            for key, (path, make, phase_of) in shapes.items():
+                name = f"{'hv' if key == 'ours' else 'mpi'}-digits-{i}"
+                run = _timed_run(cluster, client, namespace, path, make(name), phase_of)
+                record_timing("realpods", f"{key}-{i}", **run["milestones"])
+                runs[key].append(run)
+    finally:
+        client.close()
+    imports = realpods.import_seconds(str(PYTHON), IMPORTS)
+    text = realpods.table(runs, LABELS)
+    print(f"\n{text}\n(import {' + '.join(IMPORTS)}: {imports:.2f} s per interpreter)")
+    out = os.environ.get("HVK_REALPODS_OUT")
+    written = Path(out) if out else WORK / "timings" / "realpods-runs.json"
+    written.parent.mkdir(parents=True, exist_ok=True)
+    written.write_text(
+        json.dumps(
+            {
+                "runs": runs,
+                "median": realpods.summary(runs),
+                "import_seconds": imports,
+                "imports": list(IMPORTS),
+                "workers": WORKERS,
+                "python": sys.version.split()[0],
+                "table": text,
+            },
+            indent=2,
+            sort_keys=True,
+        )
+        + "\n"
+    )
