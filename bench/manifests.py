@@ -18,6 +18,12 @@ HVJOB_API = "horovod.ai/v1alpha1"
 HVJOB_PLURAL = "horovodjobs"
 MPIJOB_API = "kubeflow.org/v2beta1"
 MPIJOB_PLURAL = "mpijobs"
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+TRAINJOB_PLURAL = "trainjobs"
+# The ClusterTrainingRuntime the bench's TrainJobs use (trainer_runtime()).
+TRAINER_RUNTIME = "horovod-bench-mpi"
+# Marks the replicated job that runs spec.trainer (the launcher, for MPI).
+TRAINER_ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
 
 Obj = dict[str, Any]
 
@@ -110,6 +116,101 @@ def mpi_job(name: str, workers: int, clean_pod_policy: str = "Running") -> Obj:
     }
 
 
+def trainer_runtime() -> Obj:
+    """Kubeflow Trainer v2's MPI runtime in the shape of its own deepspeed-distributed
+    one (manifests/base/runtimes), made equal to :func:`horovod_job`: N nodes that run
+    sshd with one GPU each and a launcher that runs once every node is Ready
+    (JobSet `dependsOn`: the counterpart of WaitForWorkersReady), OpenMPI with one
+    process per node. `runLauncherAsNode: false`, so N nodes are N worker pods plus
+    the launcher, as for the other operators; the job succeeds with its launcher."""
+    node = {
+        "name": "node",
+        "image": IMAGE,
+        "command": ["/usr/sbin/sshd", "-De"],
+        "resources": {"limits": {GPU: 1}},
+    }
+    return {
+        "apiVersion": TRAINER_API,
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": TRAINER_RUNTIME},
+        "spec": {
+            "mlPolicy": {
+                "numNodes": 1,
+                "mpi": {
+                    "numProcPerNode": 1,
+                    "mpiImplementation": "OpenMPI",
+                    "sshAuthMountPath": "/root/.ssh",
+                    "runLauncherAsNode": False,
+                },
+            },
+            "template": {
+                "spec": {
+                    "network": {"publishNotReadyAddresses": True},
+                    "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]},
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {"spec": {"template": {"spec": {"containers": [node]}}}},
+                        },
+                        {
+                            "name": "launcher",
+                            "dependsOn": [{"name": "node", "status": "Ready"}],
+                            "template": {
+                                "metadata": {
+                                    "labels": {
+                                        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"
+                                    }
+                                },
+                                "spec": {
+                                    "template": {
+                                        "spec": {"containers": [{"name": "node", "image": IMAGE}]}
+                                    }
+                                },
+                            },
+                        },
+                    ],
+                }
+            },
+        },
+    }
+
+
+def train_job(name: str, workers: int) -> Obj:
+    """A TrainJob equal to :func:`horovod_job` on :func:`trainer_runtime`."""
+    return {
+        "apiVersion": TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": TRAINER_RUNTIME},
+            "trainer": {
+                "numNodes": workers,
+                "image": IMAGE,
+                "command": [
+                    "horovodrun",
+                    "-np",
+                    str(workers),
+                    "--hostfile",
+                    "/etc/mpi/hostfile",
+                    *COMMAND,
+                ],
+            },
+        },
+    }
+
+
+def trainer_phase(obj: Obj) -> str | None:
+    """A TrainJob has no phase and no Running condition: Complete or Failed only."""
+    conditions = {
+        c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []
+    }
+    if conditions.get("Complete") == "True":
+        return "Succeeded"
+    if conditions.get("Failed") == "True":
+        return "Failed"
+    return None
+
+
 def finished_horovod_status(now: str) -> Obj:
     """The status our operator writes on a job whose launcher succeeded."""
     return {
@@ -179,6 +280,8 @@ def pod_role(pod_name: str) -> tuple[str, str] | None:
     """
     if "-worker-" in pod_name:
         return pod_name.rsplit("-worker-", 1)[0], "worker"
+    if "-node-" in pod_name:  # a TrainJob's: <job>-node-0-<index>-<hash> (JobSet, Indexed Job)
+        return pod_name.rsplit("-node-", 1)[0], "worker"
     if "-launcher-" in pod_name:
         return pod_name.rsplit("-launcher-", 1)[0], "launcher"
     return None

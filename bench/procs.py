@@ -6,6 +6,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,10 +65,11 @@ def rss_mb(pid: int) -> float:
 
 
 class Sampler:
-    """Samples a process's RSS in a thread; CPU seconds between start() and stop()."""
+    """Samples the RSS of some processes in a thread; CPU seconds between start() and
+    stop(). Several processes (Trainer v2's two managers) count as their sum."""
 
-    def __init__(self, pid: int, interval: float = 0.25) -> None:
-        self.pid = pid
+    def __init__(self, pid: int | Sequence[int], interval: float = 0.25) -> None:
+        self.pids = [pid] if isinstance(pid, int) else list(pid)
         self.interval = interval
         self.peak_rss = 0.0
         self.cpu = 0.0
@@ -77,10 +79,16 @@ class Sampler:
         self._t0 = 0.0
         self.wall = 0.0
 
+    def _cpu(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+    def _rss(self) -> float:
+        return sum(rss_mb(pid) for pid in self.pids)
+
     def start(self) -> Sampler:
-        self._cpu0 = cpu_seconds(self.pid)
+        self._cpu0 = self._cpu()
         self._t0 = time.monotonic()
-        self.peak_rss = rss_mb(self.pid)
+        self.peak_rss = self._rss()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
         return self
@@ -88,7 +96,7 @@ class Sampler:
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self.peak_rss = max(self.peak_rss, rss_mb(self.pid))
+                self.peak_rss = max(self.peak_rss, self._rss())
             except (FileNotFoundError, ProcessLookupError):
                 return
 
@@ -96,13 +104,13 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.cpu = cpu_seconds(self.pid) - self._cpu0
+        self.cpu = self._cpu() - self._cpu0
         self.wall = time.monotonic() - self._t0
         return {
             "cpu_seconds": round(self.cpu, 2),
             "wall_seconds": round(self.wall, 2),
             "rss_peak_mb": round(self.peak_rss, 1),
-            "rss_end_mb": round(rss_mb(self.pid), 1),
+            "rss_end_mb": round(self._rss(), 1),
         }
 
 
@@ -115,7 +123,7 @@ class OperatorSpec:
 
     key: str  # "ours", "mpi", "mpi-defaults"
     label: str
-    kind: str  # "horovod", "mpi" or "baseline" (bench.baseline)
+    kind: str  # "horovod", "mpi", "trainer" (Kubeflow Trainer v2) or "baseline" (bench.baseline)
     qps: float
     burst: int
     extra: list[str] = field(default_factory=list)
@@ -127,6 +135,8 @@ class OperatorSpec:
         # Ours: the reconciler's client and kopf's watches; theirs: client-go's default.
         if self.kind == "mpi":
             return ("mpi-operator/",)
+        if self.kind == "trainer":  # client-go's default: the binary's name
+            return ("trainer-controller-manager/", "jobset-controller/")
         return ("horovod-operator", "kopf/") if self.kind == "horovod" else ("horovod-operator",)
 
 

@@ -11,7 +11,7 @@ from .stats import ratio
 
 # What ours is compared with: the peer in three configurations, and the physical
 # limit (bench.baseline: the same objects from a minimal client; only "pods").
-THEIRS = ("mpi-tuned", "mpi", "mpi-defaults", "baseline", "baseline-unlimited")
+THEIRS = ("mpi-tuned", "mpi", "mpi-defaults", "trainer", "baseline", "baseline-unlimited")
 # Ours as shipped, and without the gang (the scheduling mpi-operator's pods get).
 OURS = ("ours", "ours-nogang")
 LABELS = {
@@ -20,6 +20,7 @@ LABELS = {
     "mpi-tuned": "mpi-operator (same QPS, work queue unthrottled)",
     "mpi": "mpi-operator (same QPS)",
     "mpi-defaults": "mpi-operator (defaults)",
+    "trainer": "Kubeflow Trainer v2 + JobSet (same QPS)",
     "baseline": "minimal client (same QPS)",
     "baseline-unlimited": "minimal client (no rate limit)",
 }
@@ -231,6 +232,7 @@ def plots(res: Mapping[str, Any], out: Path, prefix: str = "") -> list[Path]:
         "mpi-tuned": "tab:purple",
         "mpi": "tab:blue",
         "mpi-defaults": "tab:gray",
+        "trainer": "tab:orange",
     }
     written: list[Path] = []
     single = res.get("single") or {}

@@ -37,6 +37,8 @@ from localcluster.kube import Client
 from localcluster.namespaces import create_namespace
 from localcluster.operator import OperatorProcess
 from localcluster.paths import REPO
+from localcluster.poll import wait_for
+from localcluster.trainer import TrainerProcess
 from localcluster.versions import read_versions
 
 from . import audit, manifests, report
@@ -98,6 +100,14 @@ def operator_specs(
         ),
         "mpi-defaults": OperatorSpec(
             "mpi-defaults", "mpi-operator (defaults, QPS 5/10)", "mpi", 5, 10
+        ),
+        # The second peer: Kubeflow Trainer v2 (a TrainJob on a JobSet) at our client rate.
+        "trainer": OperatorSpec(
+            "trainer",
+            f"Kubeflow Trainer v2.3.0 + JobSet v0.12.0 (QPS {qps:g}/{burst})",
+            "trainer",
+            qps,
+            burst,
         ),
         # The physical limit: the same objects from a minimal client (bench.baseline).
         "baseline": OperatorSpec(
@@ -168,17 +178,28 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
 def jobs_path(spec: OperatorSpec, ns: str) -> str:
     if spec.kind in ("horovod", "baseline"):
         return f"/apis/{manifests.HVJOB_API}/namespaces/{ns}/{manifests.HVJOB_PLURAL}"
+    if spec.kind == "trainer":
+        return f"/apis/{manifests.TRAINER_API}/namespaces/{ns}/{manifests.TRAINJOB_PLURAL}"
     return f"/apis/{manifests.MPIJOB_API}/namespaces/{ns}/{manifests.MPIJOB_PLURAL}"
 
 
 def job_manifest(spec: OperatorSpec, name: str, workers: int, clean: str = "Running") -> Obj:
     if spec.kind in ("horovod", "baseline"):
         return manifests.horovod_job(name, workers, clean, gang=spec.gang)
+    if spec.kind == "trainer":
+        return manifests.train_job(name, workers)  # JobSet keeps the pods: no clean policy
     return manifests.mpi_job(name, workers, clean)
 
 
 def phase_fn(spec: OperatorSpec) -> Callable[[Obj], str | None]:
+    if spec.kind == "trainer":
+        return manifests.trainer_phase
     return manifests.horovod_phase if spec.kind == "horovod" else manifests.mpi_phase
+
+
+def reports_running(spec: OperatorSpec) -> bool:
+    """A TrainJob says only Complete or Failed: no "create -> Running" to time."""
+    return spec.kind != "trainer"
 
 
 def loadavg() -> list[float]:
@@ -281,10 +302,27 @@ class Bench:
             time.sleep(0.5)
 
     @contextlib.contextmanager
-    def operator(self, spec: OperatorSpec, ns: str) -> Iterator[OperatorProcess]:
+    def operator(self, spec: OperatorSpec, ns: str) -> Iterator[OperatorProcess | TrainerProcess]:
         assert self.impl is not None
-        proc = operator_process(spec, self.impl.layout.kubeconfig, [ns], self.logs / f"{ns}.log")
-        proc.start_and_wait()
+        proc: OperatorProcess | TrainerProcess
+        if spec.kind == "trainer":
+            proc = TrainerProcess(
+                self.impl.layout.kubeconfig, self.impl.kubectl, self.impl.layout.pki,
+                self.logs / f"{ns}-trainer", self.logs / f"{ns}.log", spec.qps, spec.burst,
+            )  # fmt: skip
+            proc.start_and_wait()
+            # Its runtime goes in once its validating webhook answers.
+            wait_for(
+                lambda: self.impl is not None and self.impl.kubectl(
+                    "apply", "-f", "-", input=json.dumps(manifests.trainer_runtime()), check=False
+                ).returncode == 0,
+                60, 1.0, "the bench's ClusterTrainingRuntime accepted",
+            )  # fmt: skip
+        else:
+            proc = operator_process(
+                spec, self.impl.layout.kubeconfig, [ns], self.logs / f"{ns}.log"
+            )
+            proc.start_and_wait()
         profiler = self._profile(spec, proc, ns)
         time.sleep(0.5)  # the watches' initial lists are in flight right after readiness
         try:
@@ -298,7 +336,7 @@ class Bench:
                     profiler.kill()
 
     def _profile(
-        self, spec: OperatorSpec, proc: OperatorProcess, ns: str
+        self, spec: OperatorSpec, proc: OperatorProcess | TrainerProcess, ns: str
     ) -> subprocess.Popen[bytes] | None:
         """py-spy on our operator (--profile): collapsed stacks, one file per scenario."""
         if not self.args.profile or spec.kind != "horovod":
@@ -368,7 +406,7 @@ class Bench:
             offset = self.audit_offset()
             load = loadavg()
             with self.operator(spec, ns) as op:
-                sampler = Sampler(op.pid).start()
+                sampler = Sampler(op.pids).start()
                 for r in range(repeats):
                     one = self._single_job(spec, ns, tracker, f"j{r}", size, timeout)
                     for key, value in one.items():
@@ -416,10 +454,14 @@ class Bench:
                 f"/api/v1/namespaces/{ns}/pods?labelSelector={selector}&gracePeriodSeconds=0",
             )
             return {"workers": t_workers - t0, "pods": t_pods - t0}
-        tracker.wait(
-            lambda: tracker.phase_at(name, "Running") is not None, timeout, f"{ns}/{name} Running"
-        )
-        t_running = tracker.phase_at(name, "Running")
+        t_running = None
+        if reports_running(spec):
+            tracker.wait(
+                lambda: tracker.phase_at(name, "Running") is not None,
+                timeout,
+                f"{ns}/{name} Running",
+            )
+            t_running = tracker.phase_at(name, "Running")
         launcher = tracker.launcher_pod(name)
         annotations = {SIM_PHASE: "Succeeded", SIM_EXIT_CODE: "0"}
         client.merge_patch(
@@ -435,13 +477,19 @@ class Bench:
         )
         t_done = tracker.phase_at(name, "Succeeded")
         t_launcher = tracker.pod_phase_at(launcher, "Succeeded")
-        assert t_running is not None and t_done is not None and t_launcher is not None
-        return {
+        assert t_done is not None and t_launcher is not None
+        times = {
             "workers": t_workers - t0,
             "pods": t_pods - t0,
-            "running": t_running - t0,
             "status_propagation": t_done - t_launcher,
         }
+        if t_running is not None:
+            times["running"] = t_running - t0
+        if spec.kind == "trainer":
+            # JobSet keeps a finished job's pods: deleted here, so that the next repeat
+            # starts on a quiet cluster as for the others (not timed).
+            client.delete(f"{jobs_path(spec, ns)}/{name}")
+        return times
 
     def burst(self, spec: OperatorSpec, jobs: int, workers: int) -> dict[str, Any]:
         """`jobs` jobs of `workers` workers created at once."""
@@ -457,7 +505,7 @@ class Bench:
             offset = self.audit_offset()
             load = loadavg()
             with self.operator(spec, ns) as op:
-                sampler = Sampler(op.pid).start()
+                sampler = Sampler(op.pids).start()
                 bodies = [job_manifest(spec, n, workers) for n in names]
                 path = jobs_path(spec, ns)
                 t0 = time.monotonic()
@@ -470,12 +518,14 @@ class Bench:
                     f"{expected} pods in {ns}",
                 )
                 per_job_pods = [tracker.pods_created_at(n)[1] - t0 for n in names]
-                tracker.wait(
-                    lambda: all(tracker.phase_at(n, "Running") is not None for n in names),
-                    timeout,
-                    f"{jobs} jobs Running in {ns}",
-                )
-                running = [(tracker.phase_at(n, "Running") or 0.0) - t0 for n in names]
+                running: list[float] = []
+                if reports_running(spec):
+                    tracker.wait(
+                        lambda: all(tracker.phase_at(n, "Running") is not None for n in names),
+                        timeout,
+                        f"{jobs} jobs Running in {ns}",
+                    )
+                    running = [(tracker.phase_at(n, "Running") or 0.0) - t0 for n in names]
                 proc_stats = sampler.stop()
                 # Counted while the operator still runs: what its client rate limiter
                 # queued behind the last status patches (the jobs' Running Events) is
@@ -484,7 +534,8 @@ class Bench:
             tracker.stop()
         log(
             f"{spec.key} burst {jobs}x{workers}: all pods {max(per_job_pods):.2f}s, "
-            f"all Running {max(running):.2f}s, cpu {proc_stats['cpu_seconds']}s, "
+            f"all Running {max(running, default=float('nan')):.2f}s, "
+            f"cpu {proc_stats['cpu_seconds']}s, "
             f"rss peak {proc_stats['rss_peak_mb']} MB"
         )
         result: dict[str, Any] = {
@@ -492,7 +543,7 @@ class Bench:
             "workers": workers,
             "submit_seconds": round(t_submitted, 3),
             "all_pods": round(max(per_job_pods), 3),
-            "all_running": round(max(running), 3),
+            "all_running": round(max(running), 3) if running else None,
             "job_pods": summarize(per_job_pods),
             "job_running": summarize(running),
             "process": proc_stats,
@@ -529,7 +580,7 @@ class Bench:
             load = loadavg()
             with self.operator(spec, ns) as op:
                 total_cpu, settle = settled_cpu(op.pid)
-                sampler = Sampler(op.pid).start()
+                sampler = Sampler(op.pids).start()
                 time.sleep(window)
                 proc_stats = sampler.stop()
                 rss = rss_mb(op.pid)

@@ -111,6 +111,10 @@ class Tool:
         )
 
 
+# Kubeflow Trainer v2 (its module path has a major-version suffix).
+TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
+
+
 TOOLS = (
     Tool(
         "kubernetes",
@@ -215,6 +219,21 @@ TOOLS = (
         "mpi-operator",
         {"mpi-operator": "github.com/kubeflow/mpi-operator/cmd/mpi-operator"},
         module="github.com/kubeflow/mpi-operator",
+        control_plane=False,
+    ),
+    # The benchmark's second peer: Kubeflow Trainer v2's controller manager and the
+    # JobSet controller its TrainJobs run on (localcluster/trainer.py;
+    # docs/benchmarks/trainer-v2.md).
+    Tool(
+        "trainer",
+        {"trainer-controller-manager": f"{TRAINER_MODULE}/cmd/trainer-controller-manager"},
+        module=TRAINER_MODULE,
+        control_plane=False,
+    ),
+    Tool(
+        "jobset",
+        {"jobset-controller": "sigs.k8s.io/jobset"},
+        module="sigs.k8s.io/jobset",
         control_plane=False,
     ),
 )

@@ -41,6 +41,11 @@ class OperatorProcess:
             raise RuntimeError("the operator was not started")
         return self.proc.pid
 
+    @property
+    def pids(self) -> list[int]:
+        """The processes whose CPU and memory are this operator's (one here)."""
+        return [self.pid]
+
     def argv(self) -> list[str]:
         return [
             self.python,
