@@ -55,6 +55,15 @@ IMAGE_SSH_CONFIG = "Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile
 SSH_CONFIG_D = "/etc/ssh/ssh_config.d"
 
 
+def image_sshd_ready() -> None:
+    """What the image's Dockerfile does for its sshd (`mkdir -p /var/run/sshd`): the
+    host's sshd stands in for it, and without a running sshd service nothing has made
+    its privilege separation directory (the workers' sshd exits 255 naming it).
+    Before this, the test passed only after a test whose workers ran our own sshd
+    wrapper, which makes it."""
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+
+
 def on_this_rung(job: dict[str, Any]) -> dict[str, Any]:
     """The job placed on the agent's nodes, with the stand-in program and the
     image's ssh client settings."""
@@ -96,6 +105,7 @@ def test_an_mpi_operator_job_runs_converted_with_its_image_sshd(
         "data": {"mpi-operator-image.conf": IMAGE_SSH_CONFIG},
     }
     cluster.apply(config_map, namespace)
+    image_sshd_ready()
     cluster.apply(on_this_rung(job), namespace)
 
     def workers_serving() -> list[dict[str, Any]] | None:

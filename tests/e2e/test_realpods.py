@@ -44,6 +44,7 @@ from tests.e2e.test_mpijob_image import (
     PROGRAM,
     SSH_CONFIG_D,
     converted,
+    image_sshd_ready,
     on_this_rung,
 )
 from tests.support.cluster import KubeCluster
@@ -98,9 +99,14 @@ def mpi_operator(cluster: KubeCluster, agent: Agent, namespace: str) -> Iterator
         pytest.fail(f"port {procs.MPI_HEALTH_PORT} (mpi-operator's /healthz) is taken")
     procs.build_mpi_operator()
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(procs.mpi_crd()))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s"
-    )
+    # Right after the apply the CRD may have no status yet, which `kubectl wait` refuses.
+    wait_for(
+        lambda: cluster.kubectl(
+            "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=10s",
+            check=False,
+        ).returncode == 0,
+        60, 0.5, "the MPIJob CRD Established",
+    )  # fmt: skip
     (spec,) = operator_specs(50, 100, ["mpi-tuned"])  # our operator's default client rate
     process = procs.MpiOperatorProcess(
         spec, cluster.kubeconfig, namespace, agent.state_dir / f"mpi-operator-{namespace}.log"
@@ -164,6 +170,7 @@ def _timed_run(
 def test_apply_to_first_step_ours_and_mpi_operators(
     cluster: KubeCluster, agent: Agent, operator: Path, mpi_operator: None, namespace: str
 ) -> None:
+    image_sshd_ready()
     client = Client(cluster.kubeconfig)
     repeats = int(os.environ.get("HVK_REALPODS_REPEATS", "1"))
     cluster.apply(
