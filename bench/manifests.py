@@ -60,6 +60,11 @@ def horovod_job(
     return job
 
 
+def launcher_command(workers: int) -> list[str]:
+    """horovodrun over the hostfile the peers mount at /etc/mpi (mpi-operator, Trainer)."""
+    return ["horovodrun", "-np", str(workers), "--hostfile", "/etc/mpi/hostfile", *COMMAND]
+
+
 def mpi_job(name: str, workers: int, clean_pod_policy: str = "Running") -> Obj:
     """An MPIJob (kubeflow.org/v2beta1) equal to :func:`horovod_job`.
 
@@ -83,14 +88,7 @@ def mpi_job(name: str, workers: int, clean_pod_policy: str = "Running") -> Obj:
                                 {
                                     "name": "launcher",
                                     "image": IMAGE,
-                                    "command": [
-                                        "horovodrun",
-                                        "-np",
-                                        str(workers),
-                                        "--hostfile",
-                                        "/etc/mpi/hostfile",
-                                        *COMMAND,
-                                    ],
+                                    "command": launcher_command(workers),
                                 }
                             ]
                         }
@@ -186,14 +184,7 @@ def train_job(name: str, workers: int) -> Obj:
             "trainer": {
                 "numNodes": workers,
                 "image": IMAGE,
-                "command": [
-                    "horovodrun",
-                    "-np",
-                    str(workers),
-                    "--hostfile",
-                    "/etc/mpi/hostfile",
-                    *COMMAND,
-                ],
+                "command": launcher_command(workers),
             },
         },
     }

@@ -44,6 +44,7 @@ from . import gobuild
 from .pki import serving_cert
 from .poll import wait_for
 from .processes import free_port, log_tail, stop_process
+from .webhooks import apply_webhooks, delete_webhooks
 
 MODULE: Final = "sigs.k8s.io/kueue"
 NAMESPACE: Final = "kueue-system"
@@ -291,17 +292,11 @@ class KueueProcess:
     def install_webhooks(self) -> None:
         ca = (self.pki / "ca.crt").read_bytes()
         self.webhooks = webhook_configurations(self.webhook_port, ca)
-        self.kubectl(
-            "apply", "--server-side", "--force-conflicts", "-f", "-",
-            input="\n---\n".join(json.dumps(doc) for doc in self.webhooks),
-        )  # fmt: skip
+        apply_webhooks(self.kubectl, self.webhooks)
 
     def remove_webhooks(self) -> None:
-        """Before the server goes: a failurePolicy=Fail webhook nobody answers would
-        refuse every write it covers."""
-        for doc in self.webhooks:
-            kind = doc["kind"].lower()
-            self.kubectl("delete", kind, doc["metadata"]["name"], "--ignore-not-found", check=False)
+        """Before the process goes (webhooks.delete_webhooks)."""
+        delete_webhooks(self.kubectl, self.webhooks)
         self.webhooks = []
 
     def webhook_called(self) -> bool:

@@ -23,7 +23,6 @@ is made by hand:
 from __future__ import annotations
 
 import base64
-import json
 import subprocess
 import time
 import urllib.request
@@ -37,6 +36,7 @@ from . import gobuild
 from .pki import serving_cert
 from .poll import wait_for
 from .processes import free_port, log_tail, stop_process
+from .webhooks import apply_webhooks, delete_webhooks
 
 TRAINER_MODULE: Final = gobuild.TRAINER_MODULE
 JOBSET_MODULE: Final = "sigs.k8s.io/jobset"
@@ -264,17 +264,11 @@ class TrainerProcess:
                 ca,
             ),
         ]
-        self.kubectl(
-            "apply", "--server-side", "--force-conflicts", "-f", "-",
-            input="\n---\n".join(json.dumps(doc) for doc in self.webhooks),
-        )  # fmt: skip
+        apply_webhooks(self.kubectl, self.webhooks)
 
     def remove_webhooks(self) -> None:
-        """Before the servers go: a failurePolicy=Fail webhook nobody answers would
-        refuse every write it covers."""
-        for doc in self.webhooks:
-            kind = doc["kind"].lower()
-            self.kubectl("delete", kind, doc["metadata"]["name"], "--ignore-not-found", check=False)
+        """Before the process goes (webhooks.delete_webhooks)."""
+        delete_webhooks(self.kubectl, self.webhooks)
         self.webhooks = []
 
     def stop(self, timeout: float = 20) -> None:
