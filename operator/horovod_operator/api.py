@@ -175,9 +175,11 @@ class LauncherSpec(_Model):
         default_factory=list,
         max_length=64,
         description="Extra horovodrun options (launchMode mpi), placed after the generated "
-        "-np, --hostfile and -p and before spec.command, e.g. "
-        "['--network-interfaces', 'eth0', '--mpi-args=-x NCCL_DEBUG=INFO -x NCCL_IB_DISABLE=1']. "
-        "mpirun's own options go in one --mpi-args=... item.",
+        "-np, --hostfile, -p and --network-interfaces eth0 and before spec.command, e.g. "
+        "['--fusion-threshold-mb', '32', '--mpi-args=-x NCCL_DEBUG=INFO -x NCCL_IB_DISABLE=1']. "
+        "mpirun's own options go in one --mpi-args=... item. A --network-interfaces here "
+        "replaces eth0 (pods on the cluster network have only eth0; with hostNetwork or a "
+        "Multus network annotation the operator leaves the choice to horovodrun's discovery).",
     )
 
     @field_validator("horovodrun_args")

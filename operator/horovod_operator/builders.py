@@ -21,8 +21,14 @@ from .sshkeys import KeyPair
 
 Obj = dict[str, Any]
 
-# How often kubelet probes the worker's sshd; short, since the launcher waits on it.
-READINESS_PERIOD_SECONDS = 2
+# How often kubelet probes the worker's sshd. The launcher waits for it, and the
+# first probe, at the container's start, finds sshd not yet listening: Ready comes
+# one period later (2 s cost 2.2 s of the real-pod start, docs/benchmarks). The
+# least Kubernetes allows; a TCP connect a second per worker costs its kubelet little.
+SSHD_READINESS_PERIOD_SECONDS = 1
+# The elastic agent's /ready is asked less often: with failureThreshold 3, a
+# period of 2 s lets a busy agent miss 6 s before its host leaves the job.
+ELASTIC_READINESS_PERIOD_SECONDS = 2
 
 
 def owner_reference(job: HorovodJob) -> Obj:
@@ -178,6 +184,39 @@ def new_worker_service(job: HorovodJob) -> Obj:
     }
 
 
+# The interface CRI runtimes give a pod on the cluster network: kubelet asks the
+# CNI plugins for eth0 (containerd and CRI-O alike). Multus adds others beside it
+# (net1, ...), and a hostNetwork pod has the node's.
+POD_INTERFACE: Final = "eth0"
+MULTUS_NETWORKS_ANNOTATION: Final = "k8s.v1.cni.cncf.io/networks"
+# horovodrun's option, also spelt --network-interfaces (argparse takes prefixes too).
+NIC_OPTION: Final = "--network-interface"
+
+
+def network_interface_args(spec: HorovodJobSpec) -> list[str]:
+    """`--network-interfaces eth0` when the pods can have no other interface.
+
+    Told none, horovodrun finds the interfaces every host shares before it
+    starts mpirun: its driver here and a task service on every worker over ssh,
+    each a Python start with Horovod's imports. That was most of the launcher's
+    lead over mpirun on real pods (docs/benchmarks, "Real pods"). A pod with
+    only the cluster network has one answer, so the operator gives it. Pods that
+    may have more (hostNetwork, a Multus network annotation) keep horovodrun's
+    discovery, and a user's own --network-interfaces always wins.
+    """
+    if any(arg.startswith(NIC_OPTION) for arg in spec.launcher.horovodrun_args):
+        return []
+    for template in (spec.worker.template, spec.launcher.template):
+        template = template or {}
+        if (template.get("spec") or {}).get("hostNetwork"):
+            return []
+        if MULTUS_NETWORKS_ANNOTATION in (
+            (template.get("metadata") or {}).get("annotations") or {}
+        ):
+            return []
+    return [f"{NIC_OPTION}s", POD_INTERFACE]
+
+
 def launcher_command(spec: HorovodJobSpec) -> list[str]:
     """The launcher's horovodrun line; nobody counts ranks by hand.
 
@@ -194,6 +233,7 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
         f"{names.CONFIG_MOUNT_PATH}/{names.HOSTFILE}",
         "-p",
         str(spec.ssh_port()),
+        *network_interface_args(spec),
         *spec.launcher.horovodrun_args,
         *spec.command,
     ]
@@ -526,7 +566,7 @@ def new_worker_pod(
                     "path": contract.ELASTIC_READY_PATH,
                     "port": contract.ELASTIC_AGENT_PORT,
                 },
-                "periodSeconds": READINESS_PERIOD_SECONDS,
+                "periodSeconds": ELASTIC_READINESS_PERIOD_SECONDS,
                 # A busy pod (its ranks training, a newcomer importing its
                 # framework) may answer late; late is not gone.
                 "timeoutSeconds": 5,
@@ -544,7 +584,7 @@ def new_worker_pod(
         _add_port(container, "ssh", port)
         container.setdefault(
             "readinessProbe",
-            {"tcpSocket": {"port": port}, "periodSeconds": READINESS_PERIOD_SECONDS},
+            {"tcpSocket": {"port": port}, "periodSeconds": SSHD_READINESS_PERIOD_SECONDS},
         )
     metadata = _metadata(job, names.worker_name(name, index), template_meta["labels"])
     if "annotations" in template_meta:

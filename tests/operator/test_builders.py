@@ -155,7 +155,7 @@ def expected_worker(index: int, attempt: int = 0, **overrides: Any) -> dict[str,
         "command": ["python", "-m", "horovod_worker.sshd"],
         "resources": {"limits": {"nvidia.com/gpu": 2}},
         "ports": [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}],
-        "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 2},
+        "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1},
         **overrides.pop("container", {}),
     }
     spec = {
@@ -309,6 +309,8 @@ HOROVODRUN = [
     "/etc/horovod/config/hostfile",
     "-p",
     "2222",
+    "--network-interfaces",
+    "eth0",
     "python",
     "-m",
     "horovod_worker.train",

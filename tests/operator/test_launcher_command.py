@@ -9,7 +9,9 @@ from horovod_operator.builders import launcher_command
 
 # horovod_worker.sshd --client-only prepares the keys and a host-key-checking ssh first.
 CLIENT = ["python", "-m", "horovod_worker.sshd", "--client-only", "--"]
-PREFIX = ["--hostfile", "/etc/horovod/config/hostfile", "-p", "2222"]
+# The pods' only interface, which spares horovodrun its discovery over ssh.
+NIC = ["--network-interfaces", "eth0"]
+PREFIX = ["--hostfile", "/etc/horovod/config/hostfile", "-p", "2222", *NIC]
 
 
 @pytest.mark.parametrize(
@@ -60,11 +62,45 @@ def _spec(**extra: Any) -> Any:
 
 
 def test_extra_horovodrun_args_go_between_the_generated_options_and_the_program() -> None:
-    spec = _spec(launcher={"horovodrunArgs": ["--network-interfaces", "eth0", "--mpi-args=-x A"]})
+    spec = _spec(launcher={"horovodrunArgs": ["--fusion-threshold-mb", "32", "--mpi-args=-x A"]})
     assert launcher_command(spec) == [
         *CLIENT, "horovodrun", "-np", "2", *PREFIX,
-        "--network-interfaces", "eth0", "--mpi-args=-x A", "python", "t.py",
+        "--fusion-threshold-mb", "32", "--mpi-args=-x A", "python", "t.py",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        ["--network-interfaces", "ib0"],
+        ["--network-interface", "ib0"],
+        ["--network-interfaces=ib0,eth0"],
+    ],
+)
+def test_the_users_interfaces_replace_the_default(chosen: list[str]) -> None:
+    command = launcher_command(_spec(launcher={"horovodrunArgs": chosen}))
+    assert command[command.index("2222") + 1 :] == [*chosen, "python", "t.py"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"worker": {"replicas": 2, "template": {"spec": {"hostNetwork": True}}}},
+        {"launcher": {"template": {"spec": {"hostNetwork": True}}}},
+        {
+            "worker": {
+                "replicas": 2,
+                "template": {"metadata": {"annotations": {"k8s.v1.cni.cncf.io/networks": "rdma"}}},
+            }
+        },
+    ],
+)
+def test_pods_that_may_have_other_interfaces_keep_horovodruns_discovery(
+    extra: dict[str, Any],
+) -> None:
+    """The node's interfaces (hostNetwork) or Multus' networks beside eth0."""
+    command = launcher_command(_spec(**extra))
+    assert not any(arg.startswith("--network-interface") for arg in command)
 
 
 def test_an_image_with_its_own_sshd_gets_plain_horovodrun_on_its_port() -> None:
@@ -78,6 +114,7 @@ def test_an_image_with_its_own_sshd_gets_plain_horovodrun_on_its_port() -> None:
         *hostfile,
         "-p",
         "22",
+        *NIC,
         "python",
         "t.py",
     ]
