@@ -33,6 +33,9 @@ WORKER_SSHD_COMMAND: Final = ("python", "-m", "horovod_worker.sshd")
 # The launcher's prefix: copies the client keys out of the Secret, puts an ssh
 # that verifies the job's host key first on PATH, then execs what follows `--`.
 LAUNCHER_SSH_CLIENT_COMMAND: Final = ("python", "-m", "horovod_worker.sshd", "--client-only", "--")
+# horovodrun in the worker images: the same options and mpirun line, without the
+# framework imports horovodrun spends finding out whether Horovod has MPI.
+HOROVODRUN_COMMAND: Final = ("python", "-m", "horovod_worker.horovodrun")
 
 # launchMode: gloo. No ssh: the launcher serves Horovod's Gloo rendezvous (an HTTP
 # key-value store) on this port, and each worker starts its own ranks. Above 1024

@@ -223,10 +223,11 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
     horovod_worker.sshd --client-only first copies the keys out of the Secret
     (modes ssh accepts, as any uid) and puts an ssh first on PATH that verifies
     the workers' host key, which horovodrun's own `-o StrictHostKeyChecking=no`
-    cannot override (ssh keeps the first value it is given).
+    cannot override (ssh keeps the first value it is given). Then our images'
+    horovodrun (contract.HOROVODRUN_COMMAND) runs; an image of mpi-operator's
+    kind has its own plain one.
     """
-    horovodrun = [
-        "horovodrun",
+    options = [
         "-np",
         str(spec.total_slots()),
         "--hostfile",
@@ -240,8 +241,8 @@ def launcher_command(spec: HorovodJobSpec) -> list[str]:
     if spec.ssh.image_managed():
         # An mpi-operator image: its ssh finds the keys in ~/.ssh and its
         # ssh_config decides about host keys, as under mpi-operator.
-        return horovodrun
-    return [*contract.LAUNCHER_SSH_CLIENT_COMMAND, *horovodrun]
+        return ["horovodrun", *options]
+    return [*contract.LAUNCHER_SSH_CLIENT_COMMAND, *contract.HOROVODRUN_COMMAND, *options]
 
 
 def gloo_launcher_command() -> list[str]:

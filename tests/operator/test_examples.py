@@ -56,8 +56,10 @@ def test_example_validates(path: Path) -> None:
             assert gloo_worker_command(job.spec)[-len(job.spec.command) :] == job.spec.command
             continue
         command = launcher_command(job.spec)
-        start = command.index("horovodrun")
-        assert command[start : start + 3] == ["horovodrun", "-np", str(job.spec.total_slots())]
+        start = command.index("horovod_worker.horovodrun")
+        assert command[start : start + 3] == [
+            "horovod_worker.horovodrun", "-np", str(job.spec.total_slots()),
+        ]  # fmt: skip
 
 
 def test_pvc_example_mounts_its_claims_where_the_trainer_reads_and_writes() -> None:

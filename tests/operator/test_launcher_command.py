@@ -9,6 +9,8 @@ from horovod_operator.builders import launcher_command
 
 # horovod_worker.sshd --client-only prepares the keys and a host-key-checking ssh first.
 CLIENT = ["python", "-m", "horovod_worker.sshd", "--client-only", "--"]
+# Then the images' horovodrun (it skips horovodrun's framework-importing MPI probe).
+HOROVODRUN = ["python", "-m", "horovod_worker.horovodrun"]
 # The pods' only interface, which spares horovodrun its discovery over ssh.
 NIC = ["--network-interfaces", "eth0"]
 PREFIX = ["--hostfile", "/etc/horovod/config/hostfile", "-p", "2222", *NIC]
@@ -21,20 +23,20 @@ PREFIX = ["--hostfile", "/etc/horovod/config/hostfile", "-p", "2222", *NIC]
             1,
             1,
             ["python", "t.py"],
-            [*CLIENT, "horovodrun", "-np", "1", *PREFIX, "python", "t.py"],
+            [*CLIENT, *HOROVODRUN, "-np", "1", *PREFIX, "python", "t.py"],
         ),
         (
             2,
             1,
             ["python", "-m", "m"],
-            [*CLIENT, "horovodrun", "-np", "2", *PREFIX, "python", "-m", "m"],
+            [*CLIENT, *HOROVODRUN, "-np", "2", *PREFIX, "python", "-m", "m"],
         ),
-        (4, 8, ["x"], [*CLIENT, "horovodrun", "-np", "32", *PREFIX, "x"]),
+        (4, 8, ["x"], [*CLIENT, *HOROVODRUN, "-np", "32", *PREFIX, "x"]),
         (
             3,
             2,
             ["python", "train.py", "--lr=0.1", "a b"],
-            [*CLIENT, "horovodrun", "-np", "6", *PREFIX, "python", "train.py", "--lr=0.1", "a b"],
+            [*CLIENT, *HOROVODRUN, "-np", "6", *PREFIX, "python", "train.py", "--lr=0.1", "a b"],
         ),
     ],
 )
@@ -64,7 +66,7 @@ def _spec(**extra: Any) -> Any:
 def test_extra_horovodrun_args_go_between_the_generated_options_and_the_program() -> None:
     spec = _spec(launcher={"horovodrunArgs": ["--fusion-threshold-mb", "32", "--mpi-args=-x A"]})
     assert launcher_command(spec) == [
-        *CLIENT, "horovodrun", "-np", "2", *PREFIX,
+        *CLIENT, *HOROVODRUN, "-np", "2", *PREFIX,
         "--fusion-threshold-mb", "32", "--mpi-args=-x A", "python", "t.py",
     ]  # fmt: skip
 

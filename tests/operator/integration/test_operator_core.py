@@ -57,7 +57,7 @@ def test_happy_path_to_succeeded(jobs: Jobs, namespace: str, cluster: KubeCluste
     launcher_job = cluster.get("job.batch", "mnist-launcher", namespace)
     command = launcher_job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert command[:5] == ["python", "-m", "horovod_worker.sshd", "--client-only", "--"]
-    assert command[5:8] == ["horovodrun", "-np", "2"]
+    assert command[5:10] == ["python", "-m", "horovod_worker.horovodrun", "-np", "2"]
     worker = cluster.get("pod", "mnist-worker-0", namespace)
     assert worker["spec"]["hostname"] == "mnist-worker-0"
     assert worker["spec"]["subdomain"] == "mnist-worker"
