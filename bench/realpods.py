@@ -3,9 +3,11 @@
 The local end-to-end rung (localcluster.nodeagent: each pod a set of processes in
 its own network namespace, real sshd, real Open MPI, real Horovod training) runs
 the same program under both operators: a kubeflow/mpi-operator MPIJob in the
-shape of its Horovod examples (tests/testdata/mpijob-horovod.yaml), and that
-MPIJob converted by `hvjob convert` for ours. A watch records when each state is
-first seen (this process's monotonic clock, from just before the create), and
+shape of its Horovod examples (tests/testdata/mpijob-horovod.yaml); for ours,
+the same program as a HorovodJob of our own (our sshd wrapper, our launcher) and
+that MPIJob converted by `hvjob convert` (the image's sshd, plain horovodrun).
+A watch records when each state is first seen (this process's monotonic clock,
+from just before the create), and
 rank 0's first-step line is read, with its kubelet timestamp, from the launcher's
 log once the job is done:
 
@@ -229,24 +231,23 @@ def summary(runs: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, dict[s
 
 
 def table(runs: Mapping[str, Sequence[Mapping[str, Any]]], labels: Mapping[str, str]) -> str:
-    """The medians as Markdown: one row per step, a column per operator, and the ratio."""
+    """The medians as Markdown: one row per step, a column per operator, and each
+    other operator's ratio to the last one (the peer)."""
     med = summary(runs)
     ops = list(runs)
+    ours, peer = ops[:-1], ops[-1]
+    ratio_heads = [f"{o}/{peer}" if len(ops) > 2 else "ours/theirs" for o in ours]
     head = "| step | " + " | ".join(f"{labels.get(o, o)} (n={len(runs[o])})" for o in ops)
-    lines = [head + (" | ours/theirs |" if len(ops) == 2 else " |")]
-    lines.append("|---|" + "---|" * (len(ops) + (len(ops) == 2)))
-    for key in MILESTONES:
-        cells = [med[o][f"steps.{key}"] for o in ops]
-        row = [_seconds(c) for c in cells]
-        if len(ops) == 2:
-            row.append(_ratio(cells[0], cells[1]))
-        lines.append(f"| {STEPS[key]} | " + " | ".join(row) + " |")
-    for key in ("first_step", "finished"):
-        cells = [med[o][f"milestones.{key}"] for o in ops]
-        row = [_seconds(c) for c in cells]
-        if len(ops) == 2:
-            row.append(_ratio(cells[0], cells[1]))
-        lines.append(f"| **apply -> {key.replace('_', ' ')}** | " + " | ".join(row) + " |")
+    lines = [head + " | " + " | ".join(ratio_heads) + " |"]
+    lines.append("|---|" + "---|" * (len(ops) + len(ours)))
+    rows = [(STEPS[key], f"steps.{key}") for key in MILESTONES] + [
+        (f"**apply -> {key.replace('_', ' ')}**", f"milestones.{key}")
+        for key in ("first_step", "finished")
+    ]
+    for title, field in rows:
+        cells = {o: med[o][field] for o in ops}
+        row = [_seconds(cells[o]) for o in ops] + [_ratio(cells[o], cells[peer]) for o in ours]
+        lines.append(f"| {title} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 

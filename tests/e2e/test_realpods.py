@@ -1,18 +1,22 @@
 """Apply -> first step -> Succeeded with real pods, ours against kubeflow/mpi-operator.
 
-One program, two operators, on the node agent (bench/realpods.py says what is
-timed). mpi-operator v0.8.0 runs the MPIJob of tests/testdata/mpijob-horovod.yaml
-as its users write it (workers run the image's `sshd -De` as root, the launcher
-`mpirun ... python ...`), with `launcherCreationPolicy: WaitForWorkersReady`: its
-default, AtStartup, starts mpirun before the workers' names resolve, the race
-its users report. Ours runs that MPIJob converted by `hvjob convert`. Both place
-their pods on the agent's nodes, use the stand-in program and the image's ssh
-client settings (test_mpijob_image.py).
+One program, two operators, three job shapes, on the node agent
+(bench/realpods.py says what is timed). mpi-operator v0.8.0 runs the MPIJob of
+tests/testdata/mpijob-horovod.yaml as its users write it (workers run the
+image's `sshd -De` as root, the launcher `mpirun ... python ...`), with
+`launcherCreationPolicy: WaitForWorkersReady`: its default, AtStartup, starts
+mpirun before the workers' names resolve, the race
+its users report. Ours runs the program twice: as a HorovodJob of our own
+(our sshd wrapper in the workers; in the launcher our ssh client and
+horovod_worker.horovodrun), and as that MPIJob converted by `hvjob convert`
+(the image's sshd as root, plain horovodrun, the image's ssh client settings,
+test_mpijob_image.py). All place their pods on the agent's nodes and run the
+stand-in program.
 
 HVK_REALPODS_REPEATS=N runs each N times, alternating; HVK_REALPODS_OUT=path
 writes the runs and the table there (`make bench-realpods`). Timings are
 recorded, never asserted: a loaded machine would fail a timed test. What is
-asserted is that both jobs succeed with their ranks on the workers, and that
+asserted is that every job succeeds with its ranks on the workers, and that
 every milestone was seen, in order.
 """
 
@@ -54,9 +58,11 @@ from tests.support.timings import record_timing
 
 WORKERS = 2
 LABELS = {
-    "ours": "horovod-operator",
+    "ours": "horovod-operator (its own sshd and launcher)",
+    "ours-converted": "horovod-operator, the MPIJob converted (image's sshd, plain horovodrun)",
     "mpi-operator": "mpi-operator v0.8.0 (WaitForWorkersReady, work queue unthrottled)",
 }
+JOB_PREFIX = {"ours": "hv", "ours-converted": "hvc", "mpi-operator": "mpi"}
 # The part of "-> first step" that is the interpreter and framework loading.
 IMPORTS = ("torch", "horovod.torch")
 
@@ -83,9 +89,29 @@ def mpi_job(name: str) -> dict[str, Any]:
     return job
 
 
-def horovod_job(name: str) -> dict[str, Any]:
+def converted_job(name: str) -> dict[str, Any]:
+    """The MPIJob as `hvjob convert` writes it: the image's sshd as root, its keys
+    at /root/.ssh, plain horovodrun."""
     job = on_this_rung(converted()[0])
     job["metadata"] = {"name": name}
+    return job
+
+
+def horovod_job(name: str) -> dict[str, Any]:
+    """The same program as a HorovodJob of our own: the workers run our sshd
+    wrapper, the launcher our ssh client and horovodrun (horovod_worker.horovodrun)."""
+    job = converted_job(name)
+    spec = job["spec"]
+    del spec["ssh"]
+    for role in (spec["worker"], spec["launcher"]):
+        pod = role["template"]["spec"]
+        pod["volumes"] = [v for v in pod["volumes"] if v["name"] != "image-ssh-config"]
+        container = pod["containers"][0]
+        container.pop("command", None)
+        container.pop("args", None)
+        container["volumeMounts"] = [
+            m for m in container["volumeMounts"] if m["name"] != "image-ssh-config"
+        ]
     return job
 
 
@@ -188,6 +214,11 @@ def test_apply_to_first_step_ours_and_mpi_operators(
             horovod_job,
             manifests.horovod_phase,
         ),
+        "ours-converted": (
+            f"/apis/{manifests.HVJOB_API}/namespaces/{namespace}/{manifests.HVJOB_PLURAL}",
+            converted_job,
+            manifests.horovod_phase,
+        ),
         "mpi-operator": (
             f"/apis/{manifests.MPIJOB_API}/namespaces/{namespace}/{manifests.MPIJOB_PLURAL}",
             mpi_job,
@@ -199,7 +230,7 @@ def test_apply_to_first_step_ours_and_mpi_operators(
     try:
         for i in range(repeats):
             for key, (path, make, phase_of) in shapes.items():
-                name = f"{'hv' if key == 'ours' else 'mpi'}-digits-{i}"
+                name = f"{JOB_PREFIX[key]}-digits-{i}"
                 run = _timed_run(cluster, client, namespace, path, make(name), phase_of)
                 record_timing("realpods", f"{key}-{i}", **run["milestones"])
                 runs[key].append(run)

@@ -107,3 +107,10 @@ def test_the_table_has_medians_per_step_and_the_ratio() -> None:
     text = realpods.table(runs, {"ours": "ours", "theirs": "peer"})
     assert "| step | ours (n=3) | peer (n=1) | ours/theirs |" in text
     assert "| **apply -> finished** | 11.00 s | 20.00 s | 0.55 |" in text
+    runs = {"ours": runs["ours"], "converted": [run(0.1, 15.0)], "theirs": runs["theirs"]}
+    text = realpods.table(runs, {"theirs": "peer"})
+    assert (
+        "| step | ours (n=3) | converted (n=1) | peer (n=1) | ours/theirs | converted/theirs |"
+        in text
+    )
+    assert "| **apply -> finished** | 11.00 s | 15.00 s | 20.00 s | 0.55 | 0.75 |" in text
