@@ -174,7 +174,13 @@ class Soak:
                 },
             },
         }
-        self.client.create(HVJOBS, job)
+        created = self.client.create(HVJOBS, job)
+        # Known from the moment it exists: the operator can make its children between
+        # the checker's list of jobs and its lists of children, and a child whose job
+        # the checker has not listed yet is not an unknown job's.
+        uid = (created.get("metadata") or {}).get("uid")
+        if uid:
+            self.seen_uids[uid] = time.monotonic()
         self.submitted += 1
 
     def finish_launchers(self, older_than: float) -> None:

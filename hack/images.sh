@@ -203,6 +203,19 @@ status() {
   fi
 }
 
+# One build of an image at a time, machine-wide: a second `images.sh` asking for
+# the same image (a test, while hack/warm-images.sh builds it) waits for the first
+# and then finds it in the build cache, instead of building it again beside it.
+hold_lock() {
+  mkdir -p "$state"
+  exec {lock_fd}>>"$state/build-$1.lock"
+  if ! flock --nonblock "$lock_fd"; then
+    say "waiting for another build of $1"
+    flock "$lock_fd"
+  fi
+}
+release_lock() { flock --unlock "$lock_fd"; exec {lock_fd}>&-; }
+
 need_daemon() {
   local docker
   docker="$(docker_cli)"
@@ -313,6 +326,7 @@ bases() {
   local files=("$@")
   if ((${#files[@]} == 0)); then files=(Dockerfile.*); fi
   local image missing=()
+  hold_lock bases
   while read -r image; do
     [[ -n "$image" ]] || continue
     if "$docker" image inspect "$image" >/dev/null 2>&1; then
@@ -330,6 +344,7 @@ bases() {
       esac
     fi
   done < <(from_images "${files[@]}")
+  release_lock
   ((${#missing[@]} == 0)) || die "missing base images: ${missing[*]} (pull them where a registry is reachable, or docker load them)"
 }
 
@@ -346,9 +361,11 @@ operator() {
   local secret
   mapfile -t secret < <(ca_secret_args)
   args+=("${secret[@]}")
+  hold_lock operator
   say "building horovod-operator:$tag ($docker ${args[*]} .)"
   local start=$SECONDS
   DOCKER_BUILDKIT=1 "$docker" "${args[@]}" .
+  release_lock
   say "built horovod-operator:$tag in $((SECONDS - start))s ($("$docker" image inspect --format '{{.Size}}' "horovod-operator:$tag" | awk '{printf "%.0f MB", $1 / 1e6}'))"
 }
 
@@ -398,9 +415,11 @@ worker() {
   local image start
   for target in "${targets[@]}"; do
     image="horovod-worker:$tag-$target"
+    hold_lock "worker-$target"
     say "building $image (target $target of Dockerfile.worker)"
     start=$SECONDS
     DOCKER_BUILDKIT=1 "$docker" build -f Dockerfile.worker --target "$target" -t "$image" "${args[@]}" .
+    release_lock
     say "built $image in $((SECONDS - start))s ($("$docker" image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}'))"
   done
 }

@@ -26,6 +26,10 @@ MARKERS = {
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The tests that use Docker run last, in their own order: their images are the
+    # suite's longest builds, and .ci/run builds them beside the other tests
+    # (hack/warm-images.sh) instead of before the tests that need none.
+    items.sort(key=uses_docker)
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts
         if parts[0] == "e2e":
@@ -33,3 +37,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for part in parts[:-1]:
             if part in MARKERS:
                 item.add_marker(MARKERS[part])
+
+
+def uses_docker(item: pytest.Item) -> bool:
+    return "docker" in getattr(item, "fixturenames", ())

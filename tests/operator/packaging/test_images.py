@@ -8,6 +8,8 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from localcluster.paths import REPO
 
 SCRIPT = REPO / "hack" / "images.sh"
@@ -103,3 +105,23 @@ def test_worker_build_args_default_to_the_pins() -> None:
             assert value == pins[name], f"ARG {name}={value} but hack/versions.env has {pins[name]}"
         else:
             assert name in ("VERSION", "REVISION"), f"ARG {name} is not pinned in versions.env"
+
+
+WARM = REPO / "hack" / "warm-images.sh"
+
+
+def test_warm_up_builds_every_worker_target_and_refuses_unknown_arguments() -> None:
+    shown = subprocess.run([str(WARM), "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "lowest CPU" in shown.stdout, shown.stdout + shown.stderr
+    bad = subprocess.run([str(WARM), "--bogus"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown argument: --bogus" in bad.stderr
+    loop = re.search(r"^for target in (.+); do$", WARM.read_text(), re.M)
+    assert loop, "hack/warm-images.sh lost its loop over the worker targets"
+    assert sorted(loop.group(1).split()) == sorted(images("worker-targets").stdout.split())
+
+
+def test_the_tests_that_use_docker_run_after_all_the_others(request: pytest.FixtureRequest) -> None:
+    # tests/conftest.py's order, read off this very session: .ci/run builds the
+    # images beside the tests that come first (hack/warm-images.sh).
+    uses = ["docker" in getattr(item, "fixturenames", ()) for item in request.session.items]
+    assert uses == sorted(uses)
