@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import struct
 import subprocess
 import sys
 import types
@@ -40,8 +41,6 @@ def test_a_file_that_is_not_elf_is_refused(tmp_path: Path) -> None:
 
 def _fake_extension(package: Path, framework: str, needed: list[str]) -> None:
     """A minimal ELF64 shared object with one .dynamic section (and its .dynstr)."""
-    import struct
-
     strings = b"\0" + b"".join(n.encode() + b"\0" for n in needed)
     offsets, at = [], 1
     for n in needed:
