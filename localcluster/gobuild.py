@@ -5,6 +5,11 @@ its binaries land in ~/.cache/horovod-operator/bin/<tool>-<version>/ with a stam
 of the go.mod, go.sum and link flags, so a warm build takes milliseconds and a
 changed pin rebuilds. Builds take a machine-wide lock: two Go compiles at once on
 a 2-core machine only make both slower.
+
+The stamped binaries are the cache. Go's own build cache (compiled packages) is
+a temporary directory per build, removed after it, unless GOCACHE is set: left
+in ~/.cache/go-build it grew past 13 GB across the peers and schedulers, and
+the disk a kind rung needs for its images was gone.
 """
 
 from __future__ import annotations
@@ -257,7 +262,6 @@ def bin_path(binary: str) -> Path:
 def go_env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("GOMODCACHE", str(Path.home() / ".cache" / "go-mod"))
-    env.setdefault("GOCACHE", str(Path.home() / ".cache" / "go-build"))
     # -mod=mod lets go.sum be completed on a machine whose module cache is empty.
     env["GOFLAGS"] = "-mod=mod -trimpath -buildvcs=false"
     return env
@@ -308,6 +312,23 @@ def _heavy_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _build_cache(name: str) -> Iterator[dict[str, str]]:
+    """go_env() with GOCACHE set: the caller's own when set, else a directory of this
+    build's, removed afterwards (a failed build's too: a retry compiles again)."""
+    env = go_env()
+    if "GOCACHE" in env:
+        yield env
+        return
+    cache = CACHE / "go-build-tmp" / name
+    shutil.rmtree(cache, ignore_errors=True)
+    env["GOCACHE"] = str(cache)
+    try:
+        yield env
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def build(names: Sequence[str] = ()) -> None:
     """Build the named tools (default: the control plane's), each only when stale."""
     wanted = [t for t in TOOLS if (t.name in names if names else t.control_plane)]
@@ -331,7 +352,7 @@ def _build_one(candidate: Tool) -> None:
     out = candidate.bin_dir()
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    with _heavy_lock():
+    with _heavy_lock(), _build_cache(candidate.name) as env:
         for name, package in candidate.binaries.items():
             log(f"{candidate.name} {candidate.version()}: building {package} (minutes when cold)")
             tags = [f"-tags={','.join(candidate.tags)}"] if candidate.tags else []
@@ -346,7 +367,7 @@ def _build_one(candidate: Tool) -> None:
                     package,
                 ],
                 cwd=candidate.go_dir,
-                env=go_env(),
+                env=env,
                 text=True,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

@@ -4,6 +4,7 @@ it gives."""
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,43 @@ def test_a_built_tool_is_reused_until_its_pin_changes(
     assert etcd.built()
     (out / ".stamp").write_text("a stamp from another go.mod")
     assert not etcd.built()
+
+
+def _fake_go(bin_dir: Path, record: Path) -> None:
+    """A `go` that records the GOCACHE it was given, fills it, and writes the -o file."""
+    bin_dir.mkdir()
+    go = bin_dir / "go"
+    go.write_text(
+        "#!/bin/sh\n"
+        f'echo "$GOCACHE" >>{record}\n'
+        'mkdir -p "$GOCACHE" && echo compiled >"$GOCACHE/package.a"\n'
+        'while [ $# -gt 0 ]; do [ "$1" = -o ] && : >"$2"; shift; done\n'
+    )
+    go.chmod(0o755)
+
+
+def test_go_build_cache_is_temporary_unless_gocache_is_set(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(gobuild, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(gobuild, "HEAVY_LOCK", tmp_path / "heavy.lock")
+    record = tmp_path / "gocache.txt"
+    _fake_go(tmp_path / "bin", record)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    monkeypatch.delenv("GOCACHE", raising=False)
+    gobuild.build(["etcd"])
+    used = Path(record.read_text().split()[0])
+    assert used.parent == tmp_path / "cache" / "go-build-tmp"
+    assert not used.exists(), "the build's own Go cache is removed after the build"
+    assert gobuild.tool("etcd").built()
+
+    # A GOCACHE the user set is theirs: used, and kept.
+    own = tmp_path / "own-gocache"
+    monkeypatch.setenv("GOCACHE", str(own))
+    shutil.rmtree(gobuild.tool("etcd").bin_dir())
+    gobuild.build(["etcd"])
+    assert record.read_text().split()[-1] == str(own)
+    assert (own / "package.a").exists()
 
 
 def test_unknown_tools_are_refused_by_name() -> None:
