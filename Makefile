@@ -60,7 +60,7 @@ bench:  ## the short benchmark: 8 and 64 workers, a 30-job burst, idle with 1,00
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/python -m bench --sizes 8,64 --repeats 3 --burst-jobs 30 --out .work/bench
 
-bench-full:  ## the run docs/benchmarks is made from: 8, 64 and 512 workers, a 100-job burst (~40 min); docs/benchmarks
+bench-full:  ## the run docs/benchmarks is made from: 8, 64 and 512 workers, a 100-job burst, every peer (~45 min); docs/benchmarks
 	SKIP_WORKER=1 hack/bootstrap.sh
 	.venv/bin/python -m bench
 

@@ -135,8 +135,8 @@ class OperatorSpec:
         # Ours: the reconciler's client and kopf's watches; theirs: client-go's default.
         if self.kind == "mpi":
             return ("mpi-operator/",)
-        if self.kind == "trainer":  # client-go's default: the binary's name
-            return ("trainer-controller-manager/", "jobset-controller/")
+        if self.kind == "trainer":  # Trainer: client-go's default (the binary); JobSet: its own
+            return ("trainer-controller-manager/", "jobset/")
         return ("horovod-operator", "kopf/") if self.kind == "horovod" else ("horovod-operator",)
 
 

@@ -64,7 +64,8 @@ def ratios(res: Mapping[str, Any]) -> dict[str, Any]:
                 (ours.get("api_per_job") or {}).get("writes (total)"),
                 (other.get("api_per_job") or {}).get("writes (total)"),
             )
-            if w is not None:
+            # Trainer's pods are the Job controller's writes, not its own: no like for like.
+            if w is not None and theirs != "trainer":
                 r[f"1x{size} api writes/job"] = w
         burst = res.get("burst") or {}
         for key in ("all_pods", "all_running"):
@@ -283,7 +284,8 @@ def plots(res: Mapping[str, Any], out: Path, prefix: str = "") -> list[Path]:
             pos = [j + (i - 0.5) * width for j in range(len(runs))]
             ax.bar(
                 pos,
-                [burst[o][key] for o in runs],
+                # No bar where a peer has no such state (a TrainJob is never Running).
+                [float("nan") if burst[o].get(key) is None else burst[o][key] for o in runs],
                 width,
                 label="every pod exists" if key == "all_pods" else "every job Running",
             )

@@ -23,6 +23,7 @@ import platform
 import subprocess
 import sys
 import time
+import traceback
 import urllib.parse
 import uuid
 from collections import Counter
@@ -30,6 +31,8 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from localcluster import gobuild
 from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, Cluster, Layout
@@ -39,6 +42,7 @@ from localcluster.operator import OperatorProcess
 from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from localcluster.trainer import TrainerProcess
+from localcluster.trainer import crd_files as trainer_crd_files
 from localcluster.versions import read_versions
 
 from . import audit, manifests, report
@@ -142,7 +146,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
             "repeats_defaults": {2: 1},
             "burst_jobs": 3,
             "burst_workers": 2,
-            "burst_operators": ["ours", "ours-nogang", "mpi-tuned", "mpi"],
+            "burst_operators": ["ours", "ours-nogang", "mpi-tuned", "mpi", "trainer"],
             "idle_jobs": 10,
             "idle_window": 3.0,
             "idle_operators": ["ours", "mpi-tuned", "mpi"],
@@ -164,7 +168,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
         "repeats_defaults": {s: (args.repeats if s <= 8 else 2 if s <= 64 else 1) for s in sizes},
         "burst_jobs": args.burst_jobs,
         "burst_workers": 8,
-        "burst_operators": ["ours", "ours-nogang", "mpi-tuned", "mpi"]
+        "burst_operators": ["ours", "ours-nogang", "mpi-tuned", "mpi", "trainer"]
         + (["mpi-defaults"] if args.burst_defaults else []),
         "idle_jobs": args.idle_jobs,
         "idle_window": 15.0,
@@ -250,16 +254,18 @@ class Bench:
         self.logs.mkdir(parents=True, exist_ok=True)
 
     def install_crds(self, kinds: set[str]) -> None:
+        """Every CRD the runs watch, before any watch starts: a Tracker lists its jobs
+        before the operator under test is up."""
         assert self.impl is not None
-        horovod = bool(kinds & {"horovod", "baseline"})  # the baseline reads HorovodJobs too
-        paths = [HV_CRD] if horovod else []
+        paths = [HV_CRD] if kinds & {"horovod", "baseline"} else []  # the baseline reads them too
         if "mpi" in kinds:
             paths.append(mpi_crd())
+        if "trainer" in kinds:
+            paths.extend(trainer_crd_files())
         for path in paths:
             self.impl.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        for name in (["horovodjobs.horovod.ai"] if horovod else []) + (
-            ["mpijobs.kubeflow.org"] if "mpi" in kinds else []
-        ):
+        for path in paths:
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
             for attempt in range(20):  # right after apply the CRD may have no status yet
                 proc = self.impl.kubectl(
                     "wait",
@@ -662,8 +668,9 @@ class Bench:
         try:
             return fn()
         except Exception as error:
-            log(f"scenario failed: {error}")
-            return {"error": str(error)[:2000]}
+            # The traceback too: "KeyError: 'x'" alone names no line.
+            log(f"scenario failed: {type(error).__name__}: {error}\n{traceback.format_exc()}")
+            return {"error": f"{type(error).__name__}: {error}"[:2000]}
 
 
 def meta(
@@ -712,6 +719,8 @@ def meta(
             "etcd": versions.get("ETCD_VERSION"),
             "kwok": versions.get("KWOK_VERSION"),
             "mpi_operator": mpi_version(),
+            "kubeflow_trainer": gobuild.tool("trainer").version(),
+            "jobset": gobuild.tool("jobset").version(),
             "horovod_operator_commit": commit,
             "kopf": kopf_version,
             "python": platform.python_version(),
@@ -741,6 +750,7 @@ def merge(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     runs.append(
         {
             "date": new["meta"]["date"],
+            "commit": new["meta"]["versions"].get("horovod_operator_commit"),
             "operators": list(new["meta"]["operators"]),
             "plan": new["meta"]["plan"],
             "loadavg_start": new["meta"].get("loadavg_start"),
@@ -769,7 +779,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up")
     parser.add_argument(
         "--operators",
-        default="ours,ours-nogang,mpi-tuned,mpi,mpi-defaults,baseline,baseline-unlimited",
+        default="ours,ours-nogang,mpi-tuned,mpi,mpi-defaults,trainer,baseline,baseline-unlimited",
         help="which to run [%(default)s]",
     )
     parser.add_argument("--qps", type=float, default=50.0, help="client QPS of both [%(default)s]")

@@ -30,6 +30,18 @@ USER_AGENT = "horovod-bench"
 RETRY_STATUSES = (429, 500, 503, 504)
 
 
+def _decode(raw: bytes) -> Obj:
+    """A response body: JSON, or (a 404 for an unserved resource is text/plain, "404
+    page not found") the text as a Status-like message, so the caller sees the code."""
+    if not raw:
+        return {}
+    try:
+        data: Obj = json.loads(raw)
+    except ValueError:
+        return {"message": raw.decode(errors="replace")[:2000]}
+    return data
+
+
 class ApiError(RuntimeError):
     def __init__(self, status: int, body: str, what: str) -> None:
         super().__init__(f"{what}: HTTP {status}: {body[:300]}")
@@ -121,7 +133,7 @@ class Client:
                     raise
                 time.sleep(0.2)
                 continue
-            data: Obj = json.loads(raw) if raw else {}
+            data = _decode(raw)
             if 200 <= resp.status < 300 or resp.status in ok:
                 return resp.status, data
             if resp.status in RETRY_STATUSES and attempt < 2:

@@ -111,12 +111,17 @@ def trainer_configuration(
     return config
 
 
-def local_webhooks(manifests: Path, port: int, ca_bundle: bytes) -> list[dict[str, Any]]:
-    """A module's webhook configurations, renamed and pointed at the local process."""
+def local_webhooks(
+    owner: str, manifests: Path, port: int, ca_bundle: bytes
+) -> list[dict[str, Any]]:
+    """A module's webhook configurations, renamed and pointed at the local process.
+    Both modules name theirs kubebuilder's defaults ("mutating-webhook-configuration"),
+    which their kustomizations prefix: the owner goes into the name, or Trainer's
+    would replace JobSet's (and JobSet's defaulting, restartPolicy among it, is lost)."""
     docs = [d for d in yaml.safe_load_all(manifests.read_text()) if d]
     bundle = base64.b64encode(ca_bundle).decode()
     for doc in docs:
-        doc["metadata"] = {"name": WEBHOOK_PREFIX + doc["metadata"]["name"]}
+        doc["metadata"] = {"name": f"{WEBHOOK_PREFIX}{owner}-{doc['metadata']['name']}"}
         for hook in doc.get("webhooks") or ():
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
@@ -204,8 +209,8 @@ class TrainerProcess:
         and wait until the API server calls them. Returns the seconds it took."""
         started = time.monotonic()
         binaries = {
-            "trainer": gobuild.ensure("trainer"),
-            "jobset": gobuild.ensure("jobset"),
+            "trainer": gobuild.ensure("trainer-controller-manager"),
+            "jobset": gobuild.ensure("jobset-controller"),
         }
         self.state.mkdir(parents=True, exist_ok=True)
         self.install_crds()
@@ -254,11 +259,13 @@ class TrainerProcess:
         ca = (self.pki / "ca.crt").read_bytes()
         self.webhooks = [
             *local_webhooks(
+                "jobset",
                 jobset_root() / "config/components/webhook/manifests.yaml",
                 self.jobset.webhook_port,
                 ca,
             ),
             *local_webhooks(
+                "trainer",
                 trainer_root() / "manifests/base/webhook/manifests.yaml",
                 self.trainer.webhook_port,
                 ca,

@@ -43,7 +43,8 @@ def test_a_trainjob_is_finished_by_its_conditions_and_never_running() -> None:
     assert not reports_running(spec)
     assert jobs_path(spec, "ns") == "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ns/trainjobs"
     assert job_manifest(spec, "j", 2)["kind"] == "TrainJob"
-    assert spec.user_agents == ("trainer-controller-manager/", "jobset-controller/")
+    # JobSet names itself (pkg/util/useragent: "jobset/<version> (...)"), not by its binary.
+    assert spec.user_agents == ("trainer-controller-manager/", "jobset/")
 
 
 def test_jobset_pod_names_are_workers_and_launchers_of_their_job() -> None:
@@ -67,8 +68,11 @@ def test_webhooks_point_at_the_process_and_pod_webhooks_see_jobset_pods_only(
         "webhooks": hooks,
     }
     path.write_text(yaml.safe_dump(doc))
-    (out,) = trainer.local_webhooks(path, 9443, b"CA")
-    assert out["metadata"] == {"name": "local-mutating-webhook-configuration"}
+    (out,) = trainer.local_webhooks("jobset", path, 9443, b"CA")
+    # Trainer's manifests use the same name: the owner keeps the two apart.
+    assert out["metadata"] == {"name": "local-jobset-mutating-webhook-configuration"}
+    (theirs,) = trainer.local_webhooks("trainer", path, 9443, b"CA")
+    assert theirs["metadata"]["name"] != out["metadata"]["name"]
     jobset, pod = out["webhooks"]
     assert jobset["clientConfig"] == {
         "url": "https://127.0.0.1:9443/mutate-jobset",

@@ -5,7 +5,8 @@ a table, plots when matplotlib is there) and counts API requests right, nothing
 about speed. It starts its own control plane, as `make bench` does, because the
 request counts come from the API server's audit log, which the test fixture's
 cluster does not write. mpi-operator is included when Go can build it and its
-fixed health port (8080) is free.
+fixed health port (8080) is free; Kubeflow Trainer v2 (with JobSet) when Go can
+build them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def test_bench_quick(tmp_path: Path) -> None:
     if shutil.which("go") and port_free(procs.MPI_HEALTH_PORT, "0.0.0.0"):
         # As shipped, and tuned (its work queue's rate limit raised out of the way).
         operators += ["mpi", "mpi-tuned"]
+    # The second peer (Trainer v2 on JobSet, two managers and their webhooks).
+    peers = ["trainer"] if shutil.which("go") else []
     out = tmp_path / "out"
     proc = subprocess.run(
         [
@@ -50,7 +53,7 @@ def test_bench_quick(tmp_path: Path) -> None:
             "5",
             "--operators",
             # The physical limit too (bench.baseline): a single-job case only.
-            ",".join([*operators, "baseline"]),
+            ",".join([*operators, *peers, "baseline"]),
             "--out",
             str(out),
         ],
@@ -81,6 +84,19 @@ def test_bench_quick(tmp_path: Path) -> None:
         idle = results["idle"][op]
         assert "error" not in idle, idle
         assert idle["rss_mb"] > 0
+    for peer in peers:
+        single = results["single"]["2"][peer]
+        assert "error" not in single, single
+        assert single["pods"]["n"] == 1 and single["pods"]["median"] > 0
+        assert single["status_propagation"]["n"] == 1  # its Complete condition
+        burst = results["burst"][peer]
+        assert "error" not in burst, burst
+        assert burst["all_pods"] > 0 and burst["all_running"] is None  # it has no Running
+        # Each JobSet makes its two Jobs (launcher, nodes) once; the Job controller
+        # makes the pods, which are not Trainer's or JobSet's requests.
+        per_job = burst["api_per_job"]
+        assert per_job.get("create jobs") == 2, per_job
+        assert "create pods" not in per_job, per_job
     baseline = results["single"]["2"]["baseline"]
     assert "error" not in baseline, baseline
     assert baseline["pods"]["n"] == 1 and baseline["pods"]["median"] > 0
