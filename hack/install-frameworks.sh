@@ -119,6 +119,11 @@ attempt=1
 until "$PYTHON" -m pip install --only-binary=:all: --progress-bar off --retries 10 --timeout 120 \
     "${pkgs[@]}" >"$PIP_LOG" 2>&1; do
     tail -n 20 "$PIP_LOG" >&2
+    # A full disk is no dropped connection: a retry finds the half-written packages
+    # "already satisfied" and would report the frameworks ready.
+    if grep -q 'No space left on device' "$PIP_LOG"; then
+        die "no space left on the disk of $("$PYTHON" -c 'import sys; print(sys.prefix)') (df: $(df -Pm "$("$PYTHON" -c 'import sys; print(sys.prefix)')" | awk 'NR == 2 {print $4}') MB free); the environment is half installed. Fix: free space (docker builder prune, docker image prune), then rerun"
+    fi
     ((attempt < ${PIP_ATTEMPTS:-4})) || die "pip could not install the frameworks after $attempt attempts (log above)"
     log "pip failed (attempt $attempt); retrying in $((attempt * 15)) s"
     sleep $((attempt * 15))
@@ -137,4 +142,12 @@ if ((WITH_TF)); then
             "tensorflow-cpu==$TENSORFLOW_VERSION"
     fi
 fi
+# Each framework must import: pip's "already satisfied" reads only the metadata.
+checks=()
+((WITH_TORCH)) && checks+=("import torch, torchvision")
+((WITH_TF)) && checks+=("import tensorflow, tf_keras")
+for check in "${checks[@]}"; do
+    TF_CPP_MIN_LOG_LEVEL=3 "$PYTHON" -c "$check" >/dev/null 2>&1 ||
+        die "'$check' fails in $("$PYTHON" -c 'import sys; print(sys.prefix)') after the install: run $PYTHON -c '$check' to see why"
+done
 log "frameworks ready ($((SECONDS - START)) s)"

@@ -8,7 +8,7 @@
 #   hack/install-worker.sh [--python PATH] [--frameworks LIST] [--skip-frameworks]
 #                          [--nccl | --cuda-from-wheels [--cuda-compiler DIR]]
 #                          [--cuda-cc-list LIST] [--without-mpi]
-#                          [--apt] [--no-cache] [--check]
+#                          [--apt] [--no-cache] [--wheel-dir DIR] [--check]
 #
 #   --python PATH       interpreter of the target environment
 #                       (default: .venv/bin/python of the repository, or $PYTHON)
@@ -43,6 +43,9 @@
 #   --apt               first apt-get install the Debian/Ubuntu prerequisites
 #                       (build tools, Open MPI, openssh; NCCL with --nccl); root only
 #   --no-cache          rebuild Horovod even when a cached wheel matches
+#   --wheel-dir DIR     also copy the Horovod wheel it installed, once verified,
+#                       into DIR (Dockerfile.worker's runtime stages install it
+#                       from there, without the compilers)
 #   --check             only report what is installed; change nothing
 #   --print-env         print the build's environment (the cache key, HOROVOD_*,
 #                       CUDA_HOME and where its links point) and exit before
@@ -83,6 +86,7 @@ CHECK_ONLY=0
 WITH_APT=0
 NO_MPI=0
 PRINT_ENV=0
+WHEEL_DIR=""
 while (($#)); do
     case "$1" in
         --python) PYTHON="${2:?--python needs a path}"; shift 2 ;;
@@ -98,6 +102,8 @@ while (($#)); do
         --skip-frameworks) SKIP_FRAMEWORKS=1; shift ;;
         --without-mpi) NO_MPI=1; shift ;;
         --no-cache) USE_CACHE=0; shift ;;
+        --wheel-dir) WHEEL_DIR="${2:?--wheel-dir needs a directory}"; shift 2 ;;
+        --wheel-dir=*) WHEEL_DIR="${1#*=}"; shift ;;
         --apt) WITH_APT=1; shift ;;
         --check) CHECK_ONLY=1; shift ;;
         --print-env) PRINT_ENV=1; SKIP_FRAMEWORKS=1; shift ;;
@@ -511,4 +517,10 @@ for feature in "${expect[@]}"; do
     grep -qE "^\s*\[X\] $feature\s*$" <<<"$CHECK" ||
         die "horovod was built without $feature or cannot load it (see the check above)"
 done
+if [[ -n "$WHEEL_DIR" ]]; then
+    wheel="${wheel:-$(find "$CACHE_DIR" -maxdepth 1 -name 'horovod-*.whl' 2>/dev/null | head -n1 || true)}"
+    [[ -n "$wheel" ]] || die "--wheel-dir: no wheel for $KEY under $CACHE_DIR (rerun with --no-cache)"
+    mkdir -p "$WHEEL_DIR" && cp "$wheel" "$WHEEL_DIR/"
+    log "copied $(basename "$wheel") to $WHEEL_DIR"
+fi
 log "done in $((SECONDS - START)) s"

@@ -51,7 +51,12 @@ def test_dockerfile_builds_with_the_install_scripts() -> None:
     assert "--cuda-compiler /opt/cuda12-nvcc" in text
     assert 'CMD ["python", "-m", "horovod_worker.sshd"]' in text
     assert "openssh-server" in text and "libopenmpi-dev" in text
-    assert re.findall(r"^FROM (\S+)", text, re.M).count("debian:bookworm-slim") == 3
+    assert re.findall(r"^FROM (\S+)", text, re.M).count("debian:bookworm-slim") == 2
+    # Each image is its frameworks stage plus the wheel its build stage verified: the
+    # frameworks layer is shared, never copied (no `COPY --from=...build /opt/venv`).
+    assert len(re.findall(r"--skip-frameworks --wheel-dir /wheelhouse", text)) == 4
+    assert len(re.findall(r"--mount=type=bind,from=\S+-build,source=/wheelhouse", text)) == 4
+    assert "/opt/venv /opt/venv" not in text
 
 
 def test_script_is_valid_bash_with_help_and_clear_argument_errors() -> None:
@@ -71,6 +76,60 @@ def test_missing_python_is_named(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert f"no Python at {tmp_path}/nope/python" in done.stderr
+
+
+FRAMEWORKS_SCRIPT = REPO / "hack" / "install-frameworks.sh"
+
+
+def _fake_python(tmp_path: Path, pip_install: str, imports_ok: bool) -> tuple[Path, Path]:
+    """A `python` for install-frameworks.sh: pip answers with `pip_install` (shell),
+    `-c 'import ...'` succeeds or not, and every call is recorded."""
+    calls = tmp_path / "calls"
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/bash\n"
+        f'echo "$*" >>{calls}\n'
+        'if [[ "$1 $2 $3" == "-m pip --version" ]]; then exit 0; fi\n'
+        f'if [[ "$1 $2 $3" == "-m pip install" ]]; then {pip_install}; fi\n'
+        f'if [[ "$1" == -c && "$2" == import\\ sys* ]]; then echo {tmp_path}; exit 0; fi\n'
+        f'if [[ "$1" == -c ]]; then exit {0 if imports_ok else 1}; fi\n'
+        "cat >/dev/null; exit 0\n"  # pip_installed: a script on stdin, nothing installed
+    )
+    python.chmod(0o755)
+    return python, calls
+
+
+def test_frameworks_stop_at_once_on_a_full_disk(tmp_path: Path) -> None:
+    # Seen in a Docker build: a retry found the half-written packages "already
+    # satisfied" and the script reported the frameworks ready without TensorFlow.
+    python, calls = _fake_python(
+        tmp_path,
+        "echo 'ERROR: Could not install packages due to an OSError: [Errno 28] No space "
+        "left on device'; exit 1",
+        imports_ok=False,
+    )
+    done = subprocess.run(
+        [str(FRAMEWORKS_SCRIPT), "--python", str(python), "--frameworks", "tensorflow"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "no space left on the disk" in done.stderr and "Fix: free space" in done.stderr
+    assert calls.read_text().count("-m pip install") == 1, "a full disk is not retried"
+
+
+def test_frameworks_that_do_not_import_are_not_ready(tmp_path: Path) -> None:
+    python, _ = _fake_python(tmp_path, "exit 0", imports_ok=False)
+    done = subprocess.run(
+        [str(FRAMEWORKS_SCRIPT), "--python", str(python), "--frameworks", "pytorch"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "'import torch, torchvision' fails" in done.stderr
+    assert "frameworks ready" not in done.stderr
 
 
 def test_patch_applies_to_the_pinned_sdist(tmp_path: Path) -> None:
