@@ -108,7 +108,8 @@ pkgs=(
 # against this torch, so that pip never swaps torch for another version.
 ((WITH_TORCH)) && pkgs+=("torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION")
 ((WITH_TF)) && pkgs+=("$TF_SPEC")
-log "installing into $("$PYTHON" -c 'import sys; print(sys.prefix)'): ${pkgs[*]}"
+PREFIX="$("$PYTHON" -c 'import sys; print(sys.prefix)')"
+log "installing into $PREFIX: ${pkgs[*]}"
 PIP_LOG="$(mktemp)"
 # --only-binary: nothing here may compile (torch alone is several GB of wheels).
 # A dropped connection in the middle of a wheel of hundreds of MB is the usual
@@ -122,7 +123,7 @@ until "$PYTHON" -m pip install --only-binary=:all: --progress-bar off --retries 
     # A full disk is no dropped connection: a retry finds the half-written packages
     # "already satisfied" and would report the frameworks ready.
     if grep -q 'No space left on device' "$PIP_LOG"; then
-        die "no space left on the disk of $("$PYTHON" -c 'import sys; print(sys.prefix)') (df: $(df -Pm "$("$PYTHON" -c 'import sys; print(sys.prefix)')" | awk 'NR == 2 {print $4}') MB free); the environment is half installed. Fix: free space (docker builder prune, docker image prune), then rerun"
+        die "no space left on the disk of $PREFIX (df: $(df -Pm "$PREFIX" | awk 'NR == 2 {print $4}') MB free); the environment is half installed. Fix: free space (docker builder prune, docker image prune), then rerun"
     fi
     ((attempt < ${PIP_ATTEMPTS:-4})) || die "pip could not install the frameworks after $attempt attempts (log above)"
     log "pip failed (attempt $attempt); retrying in $((attempt * 15)) s"
@@ -148,6 +149,6 @@ checks=()
 ((WITH_TF)) && checks+=("import tensorflow, tf_keras")
 for check in "${checks[@]}"; do
     TF_CPP_MIN_LOG_LEVEL=3 "$PYTHON" -c "$check" >/dev/null 2>&1 ||
-        die "'$check' fails in $("$PYTHON" -c 'import sys; print(sys.prefix)') after the install: run $PYTHON -c '$check' to see why"
+        die "'$check' fails in $PREFIX after the install: run $PYTHON -c '$check' to see why"
 done
 log "frameworks ready ($((SECONDS - START)) s)"

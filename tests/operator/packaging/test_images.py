@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from localcluster.paths import REPO
+from tests.conftest import uses_docker
 
 SCRIPT = REPO / "hack" / "images.sh"
 DOCKERFILES = sorted(REPO.glob("Dockerfile.*"))
@@ -125,5 +126,5 @@ def test_warm_up_builds_every_worker_target_and_refuses_unknown_arguments() -> N
 def test_the_tests_that_use_docker_run_after_all_the_others(request: pytest.FixtureRequest) -> None:
     # tests/conftest.py's order, read off this very session: .ci/run builds the
     # images beside the tests that come first (hack/warm-images.sh).
-    uses = ["docker" in getattr(item, "fixturenames", ()) for item in request.session.items]
+    uses = [uses_docker(item) for item in request.session.items]
     assert uses == sorted(uses)
