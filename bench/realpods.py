@@ -50,6 +50,9 @@ STEPS: Final = {
     "finished": "-> Succeeded (training, then the operator's status)",
 }
 _RANK0: Final = re.compile(r"HVJOB_RANK rank=0 ")
+# How much of the launcher's log each run keeps (its timeline).
+TIMELINE_LINES: Final = 12
+TIMELINE_WIDTH: Final = 100
 _STAMP: Final = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)Z ")
 
 
@@ -117,16 +120,34 @@ class PodClock:
             return next((p for p in self.pods if p.startswith(f"{self.name}-launcher")), None)
 
 
+def _stamp(line: str) -> float | None:
+    m = _STAMP.match(line)
+    if m is None:
+        return None
+    moment = datetime.datetime.fromisoformat(m.group(1)[:26]).replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
 def first_step_stamp(log: str) -> float | None:
     """Unix time of rank 0's HVJOB_RANK line in a `timestamps=true` log, if there."""
     for line in log.splitlines():
         if _RANK0.search(line):
-            m = _STAMP.match(line)
-            if m is None:
-                return None
-            moment = datetime.datetime.fromisoformat(m.group(1)[:26]).replace(tzinfo=datetime.UTC)
-            return moment.timestamp()
+            return _stamp(line)
     return None
+
+
+def log_timeline(log: str, since: float, lines: int = TIMELINE_LINES) -> list[list[Any]]:
+    """The log's first `lines` lines up to rank 0's first step, each as [seconds after
+    `since`, its text cut short]: where the launcher's time goes (its ssh set-up,
+    mpirun's first words, each rank's start), from the kubelet's stamps."""
+    out: list[list[Any]] = []
+    for line in log.splitlines()[:lines]:
+        at = _stamp(line)
+        text = line.split(" ", 1)[1] if at is not None and " " in line else line
+        out.append([None if at is None else round(at - since, 2), text[:TIMELINE_WIDTH]])
+        if _RANK0.search(line):
+            break
+    return out
 
 
 def milestones(
@@ -193,7 +214,8 @@ def run_one(
     finally:
         stop.set()
     launcher = clock.launcher_pod()
-    stamp = first_step_stamp(launcher_log(launcher)) if launcher else None
+    log = launcher_log(launcher) if launcher else ""
+    stamp = first_step_stamp(log)
     finished = clock.finished[1] if clock.finished else None
     marks = milestones(
         clock.pods, name, workers, finished, None if stamp is None else round(stamp - wall, 2)
@@ -202,6 +224,7 @@ def run_one(
         "phase": phase,
         "milestones": {k: None if v is None else round(v, 2) for k, v in marks.items()},
         "steps": steps(marks),
+        "launcher_log": log_timeline(log, wall),
     }
 
 

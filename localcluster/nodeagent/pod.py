@@ -56,6 +56,7 @@ class Container:
     init: bool = False
     proc: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    startup: Probe | None = None
     readiness: Probe | None = None
     liveness: Probe | None = None
     restart_at: float | None = None
@@ -77,6 +78,8 @@ class PodRunner(threading.Thread):
         self.log_dir = host.logs_dir / f"{self.namespace}_{self.pod_name}_{self.uid}"
         self._lock = threading.Lock()
         self._gone = threading.Event()
+        # Set by gone() and by each finished probe run: the runner looks at once.
+        self._wake = threading.Event()
         self.netns: str | None = None
         self.ip = ""
         self.gpus: list[int] = []
@@ -97,6 +100,7 @@ class PodRunner(threading.Thread):
     def gone(self) -> None:
         """The pod was removed from the API server (force delete or our own final delete)."""
         self._gone.set()
+        self._wake.set()
 
     def container_running(self, name: str) -> bool:
         return any(c.spec["name"] == name and c.proc is not None for c in self.containers)
@@ -172,7 +176,9 @@ class PodRunner(threading.Thread):
             self._sleep(TICK)
 
     def _sleep(self, seconds: float) -> None:
-        if self._gone.wait(seconds) or self.host.stopping.is_set():
+        self._wake.wait(seconds)
+        self._wake.clear()
+        if self._gone.is_set() or self.host.stopping.is_set():
             raise PodGone
 
     def _run_init(self, container: Container) -> bool:
@@ -298,6 +304,8 @@ class PodRunner(threading.Thread):
         if init:
             state.reason = "PodInitializing"
         container = Container(spec=c, state=state, init=init)
+        if not init and c.get("startupProbe"):
+            container.startup = Probe(c["startupProbe"])
         if not init and c.get("readinessProbe"):
             container.readiness = Probe(c["readinessProbe"])
         if not init and c.get("livenessProbe"):
@@ -345,8 +353,9 @@ class PodRunner(threading.Thread):
         s = c.state
         s.state, s.reason, s.message, s.exit_code = "running", "", "", None
         s.started_at, s.finished_at, s.ready = spec.now(), None, False
+        s.startup_done = c.startup is None
         s.container_id = f"nodeagent://{self.uid[:8]}-{name}-{s.restart_count}-{c.proc.pid}"
-        for probe in (c.readiness, c.liveness):
+        for probe in (c.startup, c.readiness, c.liveness):
             if probe is not None:
                 probe.restart(time.monotonic())
         self._write_info()
@@ -384,28 +393,50 @@ class PodRunner(threading.Thread):
         return ""
 
     def _probe(self, c: Container, now: float) -> None:
-        for probe in (c.readiness, c.liveness):
-            if probe is None or not probe.due(now):
+        """Take each finished probe run's result, and start the runs that are due.
+
+        As the kubelet: only the startup probe runs until it succeeds, then only
+        readiness and liveness, the first of them at once (initialDelaySeconds
+        still counts from the container's start). A failed startup or liveness
+        probe kills the container; the restart policy decides what follows.
+        """
+        for probe in (c.startup, c.readiness, c.liveness):
+            if probe is None or c.proc is None:
                 continue
-            probe.next_at = now + probe.period()
-            assert self.netns is not None and c.proc is not None
-            success = probes.run(
-                probe,
-                netns=self.netns,
-                pod_ip=self.ip,
-                container=c.spec,
-                pid=c.proc.pid,
-                env=c.env,
-            )
-            if probe.record(success) and probe is c.liveness and c.proc is not None:
-                log.info(
-                    "%s/%s: %s failed its liveness probe; killing it",
-                    self.namespace,
-                    self.pod_name,
-                    c.state.name,
-                )
-                self._signal(c, signal.SIGKILL)
-        c.state.ready = c.proc is not None and (c.readiness is None or c.readiness.ok)
+            if (probe is c.startup) == c.state.startup_done:
+                continue
+            result = probe.take_result()
+            if result is not None:
+                if probe.record(result) and probe is not c.readiness:
+                    kind = "startup" if probe is c.startup else "liveness"
+                    log.info(
+                        "%s/%s: %s failed its %s probe; killing it",
+                        self.namespace,
+                        self.pod_name,
+                        c.state.name,
+                        kind,
+                    )
+                    self._signal(c, signal.SIGKILL)
+                    continue
+                if probe is c.startup and probe.ok:
+                    c.state.startup_done = True
+                    continue
+            if probe.due(now):
+                probe.next_at = now + probe.period()
+                self._run_probe(c, probe)
+        c.state.ready = (
+            c.proc is not None and c.state.startup_done and (c.readiness is None or c.readiness.ok)
+        )
+
+    def _run_probe(self, c: Container, probe: Probe) -> None:
+        assert self.netns is not None and c.proc is not None
+        netns_name, pod_ip, container, pid, env = self.netns, self.ip, c.spec, c.proc.pid, c.env
+        probe.start(
+            lambda: probes.run(
+                probe, netns=netns_name, pod_ip=pod_ip, container=container, pid=pid, env=env
+            ),
+            self._wake.set,
+        )
 
     def _signal(self, c: Container, sig: int) -> None:
         if c.proc is not None:

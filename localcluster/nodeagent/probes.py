@@ -1,4 +1,9 @@
-"""Readiness and liveness probes: when each is due, its counters, and its handler run in the pod.
+"""Startup, readiness and liveness probes: when each is due, its counters, and its
+handler run in the pod.
+
+Each run happens on a thread of its own, as the kubelet runs each probe in its own
+goroutine: an exec probe may take seconds (up to its timeoutSeconds), and the pod's
+runner must meanwhile notice a container exit or the pod's deletion.
 
 tcpSocket and httpGet connect from inside the pod's network namespace (a
 socket made there keeps it); exec runs the command in the container's
@@ -10,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +29,18 @@ PROBE_BODY_LIMIT = 10 * 1024
 
 @dataclass
 class Probe:
-    """A readiness or liveness probe of one container and its counters."""
+    """A startup, readiness or liveness probe of one container and its counters."""
 
     spec: Obj
     next_at: float = 0.0
     successes: int = 0
     failures: int = 0
     ok: bool = False
+    # Whether a run is in flight, and the last run's result until it is taken. A
+    # run of the container before its restart counts for nothing (its generation).
+    _running: bool = False
+    _result: bool | None = None
+    _generation: int = 0
 
     def period(self) -> float:
         return float(self.spec.get("periodSeconds", 10))
@@ -42,9 +53,32 @@ class Probe:
         self.successes = self.failures = 0
         self.ok = False
         self.next_at = now + float(self.spec.get("initialDelaySeconds", 0))
+        self._generation += 1
+        self._running, self._result = False, None
 
     def due(self, now: float) -> bool:
-        return now >= self.next_at
+        return now >= self.next_at and not self._running
+
+    def start(self, handler: Callable[[], bool], done: Callable[[], None]) -> None:
+        """Run `handler` on a thread; its result waits for take_result, then `done()`."""
+        generation = self._generation
+
+        def target() -> None:
+            try:
+                result = handler()
+            except Exception:  # a probe that cannot run is a failed probe
+                result = False
+            if generation == self._generation:
+                self._result, self._running = result, False
+            done()
+
+        self._running, self._result = True, None
+        threading.Thread(target=target, name="probe", daemon=True).start()
+
+    def take_result(self) -> bool | None:
+        """The finished run's result, once; None while none is waiting."""
+        result, self._result = self._result, None
+        return result
 
     def record(self, success: bool) -> bool:
         """Count one result; True when it makes the probe fail (failureThreshold reached)."""

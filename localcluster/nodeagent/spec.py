@@ -371,6 +371,8 @@ class ContainerState:
     finished_at: str | None = None
     restart_count: int = 0
     ready: bool = False
+    # False while a startupProbe has not yet succeeded (the kubelet's `started`).
+    startup_done: bool = True
     container_id: str = ""
     last_terminated: Obj | None = None
     extra: Obj = field(default_factory=dict)
@@ -404,7 +406,7 @@ class ContainerState:
             "lastState": {"terminated": self.last_terminated} if self.last_terminated else {},
             "ready": self.ready,
             "restartCount": self.restart_count,
-            "started": self.state == "running",
+            "started": self.state == "running" and self.startup_done,
         }
         if self.container_id:
             status["containerID"] = self.container_id

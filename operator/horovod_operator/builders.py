@@ -21,11 +21,21 @@ from .sshkeys import KeyPair
 
 Obj = dict[str, Any]
 
-# How often kubelet probes the worker's sshd. The launcher waits for it, and the
-# first probe, at the container's start, finds sshd not yet listening: Ready comes
-# one period later (2 s cost 2.2 s of the real-pod start, docs/benchmarks). The
-# least Kubernetes allows; a TCP connect a second per worker costs its kubelet little.
+# How often kubelet probes an image's own sshd (spec.ssh.image, or a template's
+# own command): a TCP connect. The first, at the container's start, finds sshd
+# not yet listening, so Ready comes one period later: the least Kubernetes allows.
 SSHD_READINESS_PERIOD_SECONDS = 1
+# Our sshd's workers get a startup probe instead: `horovod_worker.sshd
+# --wait-listening` returns as soon as sshd sends its banner, so the pod is Ready
+# when sshd is (a second sooner per attempt, docs/benchmarks "Real pods"), and
+# nothing probes the pod after that (sshd is the container's process: if it goes,
+# the container does). Each run waits up to SSHD_STARTUP_WAIT_SECONDS.
+SSHD_STARTUP_WAIT_SECONDS = 10
+# The kubelet kills a container whose startup probe failed failureThreshold times.
+# An sshd that never answers should fail the attempt the way any other stuck start
+# does, by runPolicy.startupTimeoutSeconds (which names what it waited for, and may
+# be null: wait forever), so the probe alone never gives up first.
+SSHD_STARTUP_FAILURE_THRESHOLD: Final = -(-MAX_SECONDS // SSHD_STARTUP_WAIT_SECONDS)
 # The elastic agent's /ready is asked less often: with failureThreshold 3, a
 # period of 2 s lets a busy agent miss 6 s before its host leaves the job.
 ELASTIC_READINESS_PERIOD_SECONDS = 2
@@ -577,22 +587,47 @@ def new_worker_pod(
         # No sshd and no probe: Ready once running, when it waits for the launcher.
         container.setdefault("command", gloo_worker_command(job.spec))
     else:
-        if not job.spec.ssh.image_managed():
-            # An mpi-operator image runs its own sshd: the template's command, or
-            # the image's entrypoint when the template has none.
-            container.setdefault("command", list(contract.WORKER_SSHD_COMMAND))
+        ours = not job.spec.ssh.image_managed() and "command" not in container
+        if ours:
+            container["command"] = list(contract.WORKER_SSHD_COMMAND)
+        # Else an mpi-operator image runs its own sshd (the template's command, or
+        # the image's entrypoint when the template has none), or the template's
+        # command is its own: whether that has our module to wait with is unknown.
         port = job.spec.ssh_port()
         _add_port(container, "ssh", port)
-        container.setdefault(
-            "readinessProbe",
-            {"tcpSocket": {"port": port}, "periodSeconds": SSHD_READINESS_PERIOD_SECONDS},
-        )
+        if "readinessProbe" not in container and "startupProbe" not in container:
+            container.update(sshd_probe(port) if ours else image_sshd_probe(port))
     metadata = _metadata(job, names.worker_name(name, index), template_meta["labels"])
     if "annotations" in template_meta:
         metadata["annotations"] = template_meta["annotations"]
     if gang:
         podgroups.join(job, attempt, metadata, pod_spec)  # Volcano's or coscheduling's group
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def sshd_probe(port: int) -> Obj:
+    """The startup probe of a worker running our sshd: Ready once sshd answers."""
+    wait = SSHD_STARTUP_WAIT_SECONDS
+    command = [*contract.WORKER_SSHD_COMMAND, "--port", str(port), "--wait-listening", str(wait)]
+    return {
+        "startupProbe": {
+            "exec": {"command": command},
+            "periodSeconds": 1,
+            # The kubelet's own limit on one run, above the command's.
+            "timeoutSeconds": wait + 5,
+            "failureThreshold": SSHD_STARTUP_FAILURE_THRESHOLD,
+        }
+    }
+
+
+def image_sshd_probe(port: int) -> Obj:
+    """The readiness probe of a worker running an image's own sshd: a TCP connect."""
+    return {
+        "readinessProbe": {
+            "tcpSocket": {"port": port},
+            "periodSeconds": SSHD_READINESS_PERIOD_SECONDS,
+        }
+    }
 
 
 def new_launcher_job(job: HorovodJob, attempt: int, admission: Admission | None = None) -> Obj:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from datetime import datetime
 from typing import Any
 
 from localcluster.poll import wait_for
@@ -211,6 +212,108 @@ def test_readiness_from_tcp_and_exec_probes(
         0.3,
         "execready not Ready again",
     )
+
+
+def _main_status(pod: dict[str, Any]) -> dict[str, Any]:
+    (main,) = pod["status"]["containerStatuses"]
+    return dict(main)
+
+
+def test_startup_probe_holds_readiness_then_hands_over(
+    cluster: KubeCluster, agent: Agent, namespace: str
+) -> None:
+    # Each probe run leaves a line; the container prints them once it is Ready.
+    pod = local_pod(
+        "startup",
+        "sleep 2; touch /scratch/started; sleep 3; cat /scratch/runs; sleep 600",
+        volumes=[{"name": "scratch", "emptyDir": {}}],
+        container={
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            "startupProbe": {
+                "exec": {
+                    "command": ["sh", "-c", "echo s >> /scratch/runs; test -f /scratch/started"]
+                },
+                "periodSeconds": 1,
+                "failureThreshold": 30,
+            },
+            "readinessProbe": {
+                "exec": {"command": ["sh", "-c", "echo r >> /scratch/runs"]},
+                "periodSeconds": 1,
+            },
+        },
+    )
+    cluster.apply(pod, namespace)
+    running = _main_status(pod_phase(cluster, namespace, "startup", "Running"))
+    assert (running["started"], running["ready"]) == (False, False)
+    wait_for(
+        lambda: _main_status(cluster.get("pod", "startup", namespace))["ready"],
+        30,
+        0.2,
+        "startup Ready",
+    )
+    assert _main_status(cluster.get("pod", "startup", namespace))["started"] is True
+    runs = wait_for(lambda: agent.logs("startup", namespace).split(), 30, 0.3, "probe runs")
+    # Only the startup probe ran until it succeeded, then only readiness.
+    assert "s" in runs and "r" in runs, runs
+    first_r = runs.index("r")
+    assert set(runs[:first_r]) == {"s"} and set(runs[first_r:]) == {"r"}, runs
+
+
+def test_failed_startup_probe_kills_the_container(
+    cluster: KubeCluster, agent: Agent, namespace: str
+) -> None:
+    pod = local_pod(
+        "nostart",
+        "sleep 600",
+        container={
+            "startupProbe": {
+                "exec": {"command": ["false"]},
+                "periodSeconds": 1,
+                "failureThreshold": 2,
+            },
+            # Never asked: the container never started.
+            "livenessProbe": {
+                "exec": {"command": ["false"]},
+                "periodSeconds": 1,
+                "failureThreshold": 100,
+            },
+        },
+    )
+    cluster.apply(pod, namespace)
+    failed = pod_phase(cluster, namespace, "nostart", "Failed", "Succeeded")
+    assert failed["status"]["phase"] == "Failed"
+    main = _main_status(failed)
+    assert main["state"]["terminated"]["exitCode"] == 137
+    assert main["ready"] is False
+
+
+def test_a_slow_exec_probe_does_not_hold_up_the_pod(
+    cluster: KubeCluster, agent: Agent, namespace: str
+) -> None:
+    # The container ends while its startup probe waits (a minute at most): the
+    # pod's end is reported at once, not after the probe's run.
+    pod = local_pod(
+        "slowprobe",
+        "sleep 1; exit 3",
+        container={
+            "startupProbe": {
+                "exec": {"command": ["sleep", "60"]},
+                "periodSeconds": 1,
+                "timeoutSeconds": 90,
+            },
+        },
+    )
+    cluster.apply(pod, namespace)
+    done = pod_phase(cluster, namespace, "slowprobe", "Failed", "Succeeded")
+    main = _main_status(done)
+    assert main["state"]["terminated"]["exitCode"] == 3
+    finished = main["state"]["terminated"]["finishedAt"]
+    started = main["state"]["terminated"]["startedAt"]
+    assert _seconds(finished) - _seconds(started) < 10, (started, finished)
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
 def test_init_containers_then_restart_on_failure(

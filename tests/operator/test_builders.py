@@ -145,6 +145,25 @@ def test_worker_service() -> None:
     }
 
 
+# Our sshd: a startup probe that waits for its banner, then nothing.
+OUR_SSHD_PROBE = {
+    "startupProbe": {
+        "exec": {
+            "command": [
+                *("python", "-m", "horovod_worker.sshd"),
+                *("--port", "2222", "--wait-listening", "10"),
+            ]
+        },
+        "periodSeconds": 1,
+        "timeoutSeconds": 15,
+        # Never before runPolicy.startupTimeoutSeconds' largest value (a year of 10 s runs).
+        "failureThreshold": 3162240,
+    }
+}
+# A template's own command or an image's own sshd: a TCP connect every second.
+TCP_SSHD_PROBE = {"readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1}}
+
+
 def expected_worker(index: int, attempt: int = 0, **overrides: Any) -> dict[str, Any]:
     container = {
         "name": "worker",
@@ -155,7 +174,7 @@ def expected_worker(index: int, attempt: int = 0, **overrides: Any) -> dict[str,
         "command": ["python", "-m", "horovod_worker.sshd"],
         "resources": {"limits": {"nvidia.com/gpu": 2}},
         "ports": [{"name": "ssh", "containerPort": 2222, "protocol": "TCP"}],
-        "readinessProbe": {"tcpSocket": {"port": 2222}, "periodSeconds": 1},
+        **overrides.pop("probe", OUR_SSHD_PROBE),
         **overrides.pop("container", {}),
     }
     spec = {
@@ -234,6 +253,7 @@ def expected_worker(index: int, attempt: int = 0, **overrides: Any) -> dict[str,
                 0,
                 labels={"team": "ml", "horovod.ai/role": "worker"},
                 spec={"nodeSelector": {"gpu": "a100"}},
+                probe=TCP_SSHD_PROBE,
                 container={
                     "image": "custom:1",
                     "command": ["/usr/sbin/sshd", "-D"],
@@ -555,3 +575,15 @@ def test_an_image_with_its_own_sshd_and_no_command_runs_its_entrypoint() -> None
     container = pod["spec"]["containers"][0]
     assert "command" not in container
     assert container["readinessProbe"]["tcpSocket"] == {"port": 2022}
+    assert "startupProbe" not in container, "the image may not have our module to wait with"
+
+
+@pytest.mark.parametrize("kind", ["readinessProbe", "startupProbe"])
+def test_a_template_probe_replaces_ours(kind: str) -> None:
+    own = {"tcpSocket": {"port": 2222}, "periodSeconds": 7}
+    template = {"spec": {"containers": [{"name": "worker", kind: own}]}}
+    container = builders.new_worker_pod(make_job(worker={"template": template}), 0, 0)["spec"][
+        "containers"
+    ][0]
+    assert container["command"] == ["python", "-m", "horovod_worker.sshd"]
+    assert {k: v for k, v in container.items() if k.endswith("Probe")} == {kind: own}

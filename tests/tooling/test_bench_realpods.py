@@ -114,3 +114,18 @@ def test_the_table_has_medians_per_step_and_the_ratio() -> None:
         in text
     )
     assert "| **apply -> finished** | 11.00 s | 15.00 s | 20.00 s | 0.55 | 0.75 |" in text
+
+
+def test_the_launcher_timeline_stops_at_rank_0s_first_step() -> None:
+    since = datetime.datetime(2026, 12, 2, 19, 0, 0, tzinfo=datetime.UTC).timestamp()
+    log = (
+        "2026-12-02T19:00:00.500000000Z horovod_worker.sshd: ssh client configured\n"
+        "2026-12-02T19:00:01.000000000Z [launcher:12] Warning: " + "x" * 300 + "\n"
+        "2026-12-02T19:00:03.250000000Z [1,0]<stdout>:HVJOB_RANK rank=0 size=2\n"
+        "2026-12-02T19:00:04.000000000Z [1,0]<stdout>:epoch 1\n"
+    )
+    timeline = realpods.log_timeline(log, since)
+    assert [at for at, _ in timeline] == [0.5, 1.0, 3.25]
+    assert timeline[0][1] == "horovod_worker.sshd: ssh client configured"
+    assert len(timeline[1][1]) == realpods.TIMELINE_WIDTH
+    assert realpods.log_timeline("no stamp\n", since) == [[None, "no stamp"]]

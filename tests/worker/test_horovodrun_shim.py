@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import subprocess
@@ -88,3 +89,65 @@ def test_the_probe_is_replaced_only_with_an_answer(tmp_path: Path) -> None:
     assert launch.mpi_built() is True
     with pytest.raises(RuntimeError, match="no mpi_built"):
         horovodrun.answer_mpi_probe(cast(types.ModuleType, types.SimpleNamespace()), tmp_path)
+
+
+def test_ssh_options_are_read_from_the_operators_launcher_line(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("w-0.w.ns.svc slots=2\n\n# a comment\nw-1.w.ns.svc slots=2\n")
+    line = ["-np", "4", "--hostfile", str(hostfile), "-p", "2222", "python", "train.py", "-p", "9"]
+    options = horovodrun.read_ssh_options(line)
+    assert options == horovodrun.SshOptions(["w-0.w.ns.svc", "w-1.w.ns.svc"], "2222", None)
+    hosts = horovodrun.read_ssh_options(["-H", "a:2,b:1", "--ssh-port=22", "-i", "/k/id", "x"])
+    assert hosts == horovodrun.SshOptions(["a", "b"], "22", "/k/id")
+    missing = horovodrun.read_ssh_options(["--hostfile", str(tmp_path / "none"), "x"])
+    assert missing.hosts == []
+
+
+def _fake_ssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An `ssh` first on PATH: reaches hosts named good*, logs every call."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "ssh"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'for a in "$@"; do case "$a" in good*) exit 0;; bad*) echo "no route to $a"; exit 255;; '
+        "esac; done\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    return calls
+
+
+def test_started_checks_answer_as_horovodrun_and_retry_a_failed_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = _fake_ssh(tmp_path, monkeypatch)
+    checks = horovodrun.SshChecks(horovodrun.SshOptions(["good-0", "bad-1", "local"], "2222"))
+    # horovodrun asks only for its remote hosts, with the port as an int.
+    assert checks.check(["good-0", "bad-1"], 2222, None) is None  # None: not cached
+    out = capsys.readouterr().out
+    assert "ssh not successful for host bad-1:\nno route to bad-1" in out
+    assert "good-0" not in out
+    lines = calls.read_text().splitlines()
+    assert sum("good-0" in line for line in lines) == 1, "its started check was used"
+    assert sum("bad-1" in line for line in lines) == horovodrun.SSH_ATTEMPTS
+    assert all("-p 2222" in line and "ConnectTimeout=10" in line for line in lines)
+    assert checks.running == {}, "the unasked check (local) was stopped"
+
+
+def test_a_check_with_other_options_than_asked_is_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _fake_ssh(tmp_path, monkeypatch)
+    checks = horovodrun.SshChecks(horovodrun.SshOptions(["good-0"], "9"))  # misread: -p 9
+    assert checks.check(["good-0"], 2222, None) is True
+    ran = [line for line in calls.read_text().splitlines()]
+    assert any("-p 2222" in line for line in ran), ran
+
+
+def test_no_checks_start_under_kubeflows_mpi_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMPI_MCA_plm_rsh_agent", "/etc/mpi/kubexec.sh")
+    assert horovodrun.start_ssh_checks(["-H", "a:1", "x"]) is None
+    monkeypatch.delenv("OMPI_MCA_plm_rsh_agent")
+    assert horovodrun.start_ssh_checks(["python", "x.py"]) is None

@@ -301,3 +301,66 @@ def test_the_launcher_accepts_only_the_job_host_key_whatever_horovodrun_asks(
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=10)
+
+
+def _wait_listening(port: int, seconds: float) -> subprocess.CompletedProcess[str]:
+    """The worker's startup probe, as the kubelet runs it."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "horovod_worker.sshd",
+            f"--port={port}",
+            f"--wait-listening={seconds}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+    )
+
+
+def test_startup_probe_returns_once_the_real_sshd_answers(tmp_path: Path) -> None:
+    if not os.path.exists("/usr/sbin/sshd"):
+        skip_unless_ci("openssh-server not installed (apt-get install openssh-server)")
+    secret = make_secret(tmp_path / "secret")
+    port = free_port()
+    (tmp_path / "home").mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    # The probe starts first, as it does at the container's start: it waits.
+    probe = subprocess.Popen(
+        [sys.executable, "-m", "horovod_worker.sshd", f"--port={port}", "--wait-listening=30"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "horovod_worker.sshd",
+            f"--keys-dir={secret}",
+            f"--dir={tmp_path / 'private'}",
+            f"--port={port}",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert probe.wait(timeout=40) == 0, probe.communicate()[1]
+        assert server.poll() is None, "sshd is serving"
+    finally:
+        probe.kill()
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+def test_startup_probe_fails_when_nothing_or_no_sshd_answers() -> None:
+    idle = _wait_listening(free_port(), 0.5)
+    assert idle.returncode == 1
+    assert "nothing answered as sshd on port" in idle.stderr and "within 0.5s" in idle.stderr
+    # Something listens, but not sshd: it never sends an SSH banner.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        assert _wait_listening(port, 0.5).returncode == 1

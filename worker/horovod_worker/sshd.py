@@ -18,6 +18,12 @@ root-owned and group-readable, which sshd and ssh refuse for keys. So this:
 It works as root and as any other user: a non-root sshd can only log in its
 own user, which is all a worker needs, and skips PAM and privilege separation.
 
+``python -m horovod_worker.sshd --wait-listening SECONDS`` is the worker pods'
+startup probe: it returns 0 as soon as sshd answers on the port with its SSH
+banner, 1 when it has not within SECONDS. A tcpSocket probe run every second
+comes once before sshd listens and then a second later; this one waits, so the
+pod is Ready as soon as sshd is, and the launcher waits no longer than needed.
+
 ``python -m horovod_worker.sshd --client-only [-- COMMAND ...]`` only prepares
 the client side (the launcher), then execs COMMAND when one is given, with
 ``<dir>/bin`` first on PATH: an ``ssh`` there that verifies the host key even
@@ -28,9 +34,11 @@ keeps the first value it is given for an option.
 import argparse
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -39,6 +47,8 @@ import horovod_contract as contract
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 HOST_KEY = contract.SSH_HOST_KEY
 MARKER = "# written by horovod_worker.sshd"
+# How often --wait-listening tries to connect while sshd starts.
+WAIT_POLL_SECONDS = 0.02
 
 # Variables a session must not inherit from the pod: they describe the shell
 # that started sshd, not the session's.
@@ -296,6 +306,22 @@ def prepare_server(
     return [sshd, "-D", "-e", "-f", str(config)]
 
 
+def sshd_answers(port: int, timeout: float, host: str = "127.0.0.1") -> bool:
+    """Whether an ssh server on host:port sends its banner within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(left, 0.05)) as sock:
+                if sock.recv(256).startswith(b"SSH-"):
+                    return True
+        except OSError:
+            pass
+        if time.monotonic() + WAIT_POLL_SECONDS >= deadline:
+            return False
+        time.sleep(WAIT_POLL_SECONDS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="horovod_worker.sshd",
@@ -320,12 +346,29 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="set up the ssh client only (keys and ssh_config), then exec COMMAND if given",
     )
+    parser.add_argument(
+        "--wait-listening",
+        type=float,
+        metavar="SECONDS",
+        help="only wait until sshd answers on --port (at most SECONDS): exit 0 when it "
+        "does, 1 when not (the worker pods' startup probe)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND to exec")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.wait_listening is not None:
+        if sshd_answers(args.port, args.wait_listening):
+            return 0
+        print(
+            f"horovod_worker.sshd: nothing answered as sshd on port {args.port} within "
+            f"{args.wait_listening:g}s; the worker's log says why",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
     home = Path(os.environ.get("HOME") or os.path.expanduser("~"))
     directory = args.dir or private_dir(home, os.getuid())
     command = [c for c in args.command if c != "--"] if args.command else []

@@ -29,3 +29,32 @@ def test_horovodruns_probe_is_answered_from_the_extensions(
     started = time.monotonic()
     assert launch.mpi_built(verbose=True) is True
     assert time.monotonic() - started < 1, "the answer must not import a framework"
+
+
+def test_the_ssh_check_runs_horovods_own_command() -> None:
+    from horovod.runner import launch
+    from horovod.runner.util.remote import get_ssh_command
+
+    assert horovodrun.SSH_ATTEMPTS == launch.SSH_ATTEMPTS
+    assert horovodrun.SSH_CONNECT_TIMEOUT_S == launch.SSH_CONNECT_TIMEOUT_S
+    for port, identity in ((None, None), ("2222", None), ("22", "/keys/id")):
+        ours = horovodrun.ssh_command("w-0.w.ns.svc", port, identity)
+        theirs = get_ssh_command(
+            "true", "w-0.w.ns.svc", port, identity, timeout_s=launch.SSH_CONNECT_TIMEOUT_S
+        )
+        assert ours == theirs
+
+
+def test_the_started_checks_take_the_place_of_horovodruns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from horovod.runner import launch
+    from horovod.runner.util import cache
+
+    monkeypatch.setattr(
+        launch, "_check_all_hosts_ssh_successful", launch._check_all_hosts_ssh_successful
+    )
+    checks = horovodrun.SshChecks(horovodrun.SshOptions())
+    horovodrun.answer_ssh_check(launch, checks, cache.use_cache)
+    # Called as _run_static calls it; no host, so nothing runs.
+    assert launch._check_all_hosts_ssh_successful([], 2222, None, fn_cache=None) is True
