@@ -33,8 +33,8 @@ SSHD_READINESS_PERIOD_SECONDS = 1
 SSHD_STARTUP_WAIT_SECONDS = 10
 # The kubelet kills a container whose startup probe failed failureThreshold times.
 # An sshd that never answers should fail the attempt the way any other stuck start
-# does, by runPolicy.startupTimeoutSeconds (which names what it waited for, and may
-# be null: wait forever), so the probe alone never gives up first.
+# does, by runPolicy.startupTimeoutSeconds (which may be null: wait forever), so
+# the probe alone never gives up first; its message is in the pod's Events.
 SSHD_STARTUP_FAILURE_THRESHOLD: Final = -(-MAX_SECONDS // SSHD_STARTUP_WAIT_SECONDS)
 # The elastic agent's /ready is asked less often: with failureThreshold 3, a
 # period of 2 s lets a busy agent miss 6 s before its host leaves the job.
