@@ -82,10 +82,14 @@ def request(
         with urllib.request.urlopen(req, timeout=timeout) as response:
             return response.status, json.loads(response.read() or b"{}")
     except urllib.error.HTTPError as error:
+        # An error status is an answer; its body may still be cut short (an agent
+        # exiting as it answers 503), which the handler below cannot catch.
         try:
             return error.code, json.loads(error.read() or b"{}")
         except ValueError:
             return error.code, {}
+        except http.client.HTTPException as cut:
+            raise OSError(f"{address}: no complete answer ({cut!r})") from cut
     except (ValueError, http.client.HTTPException) as error:
         # Not JSON, or cut short (an agent exiting as it answers): not an answer.
         raise OSError(f"{address}: no complete answer ({error!r})") from error

@@ -9,6 +9,8 @@ and stays where it is.
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,9 @@ from horovod_worker.elastic_launcher import (
     Worker,
     in_worker_order,
     probe,
+    probe_answers,
     read_agents,
+    request,
 )
 from tests.support.elastic import free_port
 
@@ -128,3 +132,28 @@ def test_a_worker_whose_name_stops_resolving_is_asked_at_the_ip_it_had() -> None
         assert probe(address, last_ip="127.0.0.1") is None  # it says 503: not ready
     finally:
         server.shutdown()
+
+
+def test_an_agent_that_hangs_up_inside_its_503_is_not_answering() -> None:
+    """An agent exiting as it answers sends the 503's head and not its body (CI saw
+    IncompleteRead escape the launcher's /finish wait and fail the job)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_cut_short() -> None:
+        for _ in range(3):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 16\r\n\r\n")
+
+    server = threading.Thread(target=answer_cut_short, daemon=True)
+    server.start()
+    try:
+        with pytest.raises(OSError, match="no complete answer"):
+            request(f"127.0.0.1:{port}", "GET", "/ready")
+        assert probe_answers(f"127.0.0.1:{port}") is False
+        assert probe(f"127.0.0.1:{port}") is None
+    finally:
+        server.join(timeout=10)
+        listener.close()
