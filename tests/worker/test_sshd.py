@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 
 import horovod_contract as contract
+from horovod_worker import horovodrun
+from horovod_worker import sshd as sshd_module
 from horovod_worker.sshd import (
     SetupError,
     install_keys,
+    is_our_horovodrun,
     is_safe_path,
     passed_on_environment,
     private_dir,
@@ -210,6 +213,43 @@ def test_client_only_prepares_the_launcher_and_runs_its_command(tmp_path: Path) 
     assert f"Port {contract.SSH_PORT}" in config
     assert stat.S_IMODE((tmp_path / "private" / contract.SSH_PRIVATE_KEY).stat().st_mode) == 0o600
     assert (home / ".ssh" / "config").read_text() == config
+
+
+def test_our_horovodrun_runs_in_the_client_set_up_interpreter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher's `sshd --client-only -- python -m horovod_worker.horovodrun ...`
+    starts one interpreter, not two: horovodrun runs in the first, ssh wrapper first
+    on PATH; any other command (or another python) is exec'd as before."""
+    secret = make_secret(tmp_path / "secret")
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (tmp_path / "home").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    here = [*contract.HOROVODRUN_COMMAND, "-np", "2", "python", "train.py"]
+    # Another directory's python (another venv, the same interpreter) is not this one.
+    assert not is_our_horovodrun(here)
+    monkeypatch.setattr(sys, "executable", str(bin_dir / "python"))
+    assert is_our_horovodrun(here)
+    assert not is_our_horovodrun(["python", "-m", "other.module", "-np", "2"])
+    assert not is_our_horovodrun(["horovodrun", "-np", "2"])
+
+    ran: list[tuple[list[str], str]] = []
+    monkeypatch.setattr(horovodrun, "main", lambda argv: ran.append((argv, os.environ["PATH"])))
+    execs: list[list[str]] = []
+    monkeypatch.setattr(os, "execvp", lambda file, args: execs.append(list(args)))
+    private = tmp_path / "private"
+    common = ["--client-only", f"--keys-dir={secret}", f"--dir={private}", "--"]
+    assert sshd_module.main([*common, *here]) == 0
+    assert execs == []
+    assert [argv for argv, _ in ran] == [["-np", "2", "python", "train.py"]]
+    assert ran[0][1].split(os.pathsep)[0] == str(private / "bin")  # the verifying ssh
+
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert sshd_module.main([*common, "horovodrun", "-np", "2"]) == 0
+    assert execs == [["horovodrun", "-np", "2"]] and len(ran) == 1
 
 
 def _serve(secret: Path, private: Path, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
