@@ -8,7 +8,13 @@ first, no gang stage, no waiting for Ready workers, no indexes. What the bench
 measures for it (create -> all pods exist) is what the API server allows at that
 client rate; at an unlimited rate, what it allows at all on this machine.
 
-    python -m bench.baseline --kubeconfig K --namespace NS --qps 50 --burst 100
+With --ordered it keeps the one rule both operators keep: the launcher Job is
+created once every worker pod is Ready (mpi-operator's WaitForWorkersReady; ours
+always), seen from a pod watch, and nothing else. Its create -> all pods is the
+limit for a launcher that does not race its workers: the scheduler's bindings and
+the node's Ready at their own client rates, which no operator can beat.
+
+    python -m bench.baseline --kubeconfig K --namespace NS --qps 50 --burst 100 [--ordered]
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from horovod_operator import builders
+from horovod_operator import builders, names
 from horovod_operator.api import GROUP, PLURAL, VERSION, parse_job
 from horovod_operator.kube import Kube, KubeError
 from horovod_operator.sshkeys import generate_key_pair
@@ -57,6 +63,49 @@ async def create_all(kube: Kube, objs: list[dict[str, Any]]) -> int:
     return len(refused)
 
 
+class LauncherGate:
+    """--ordered: each job's launcher Job, held until every one of its workers is Ready."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: dict[str, tuple[int, dict[str, Any]]] = {}  # job -> (workers, launcher)
+        self.ready: dict[str, set[str]] = {}  # job -> its Ready worker pods
+
+    def hold(self, job: str, workers: int, launcher: dict[str, Any]) -> dict[str, Any] | None:
+        """Hold `launcher` for `job`; it back at once when its workers are all Ready already."""
+        with self.lock:
+            self.held[job] = (workers, launcher)
+            return self._release(job)
+
+    def on_pod(self, pod: dict[str, Any], deleted: bool = False) -> dict[str, Any] | None:
+        """A pod's watch event; the launcher to create now, if this made a job's last
+        worker Ready."""
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(names.LABEL_ROLE) != names.ROLE_WORKER:
+            return None
+        job = labels.get(names.LABEL_JOB_NAME, "")
+        with self.lock:
+            ready = self.ready.setdefault(job, set())
+            if pod_ready(pod) and not deleted:
+                ready.add(pod["metadata"]["name"])
+            else:
+                ready.discard(pod["metadata"]["name"])
+            return self._release(job)
+
+    def _release(self, job: str) -> dict[str, Any] | None:
+        held = self.held.get(job)
+        if held is None or len(self.ready.get(job, ())) < held[0]:
+            return None
+        del self.held[job]
+        self.ready.pop(job, None)
+        return held[1]
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kubeconfig", required=True)
@@ -64,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qps", type=float, default=50.0, help="0: unlimited")
     parser.add_argument("--burst", type=int, default=100)
     parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument(
+        "--ordered", action="store_true", help="the launcher Job once every worker is Ready"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     # "Unlimited": a bucket that never runs dry (inf would make 0 x inf a NaN).
@@ -75,6 +127,21 @@ def main(argv: list[str] | None = None) -> int:
     watcher = Client(Path(args.kubeconfig))
     seen: set[str] = set()
     stop = threading.Event()
+    gate = LauncherGate() if args.ordered else None
+
+    def create(objs: list[dict[str, Any]], what: str) -> None:
+        refused = asyncio.run_coroutine_threadsafe(create_all(kube, objs), loop).result()
+        logger.info("%s: %d objects created, %d refused", what, len(objs) - refused, refused)
+
+    if gate is not None:
+
+        def on_pod(event: dict[str, Any]) -> None:
+            launcher = gate.on_pod(event["object"], deleted=event["type"] == "DELETED")
+            if launcher is not None:
+                create([launcher], f"{launcher['metadata']['name']} (workers Ready)")
+
+        pods = Client(Path(args.kubeconfig))
+        pods.watch_in_thread(f"/api/v1/namespaces/{args.namespace}/pods", on_pod, stop)
     print(READY_LINE, file=sys.stderr, flush=True)
     for event in watcher.stream(
         f"/apis/{GROUP}/{VERSION}/namespaces/{args.namespace}/{PLURAL}", stop
@@ -85,11 +152,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         seen.add(uid)
         objs = children(body)
-        refused = asyncio.run_coroutine_threadsafe(create_all(kube, objs), loop).result()
-        logger.info(
-            "%s: %d objects created, %d refused",
-            body["metadata"]["name"], len(objs) - refused, refused,
-        )  # fmt: skip
+        name = body["metadata"]["name"]
+        if gate is None:
+            create(objs, name)
+            continue
+        *first, launcher = objs
+        create(first, name)
+        workers = sum(1 for o in first if o["kind"] == "Pod")
+        if (released := gate.hold(name, workers, launcher)) is not None:
+            create([released], f"{name} launcher (workers Ready)")
     return 0
 
 

@@ -187,7 +187,7 @@ class BaselineProcess(operator.OperatorProcess):
         return [
             self.python, "-m", "bench.baseline",
             "--kubeconfig", str(self.kubeconfig), "--namespace", self.namespaces[0],
-            "--qps", str(self.spec.qps), "--burst", str(self.spec.burst),
+            "--qps", str(self.spec.qps), "--burst", str(self.spec.burst), *self.spec.extra,
         ]  # fmt: skip
 
     def ready(self) -> bool:

@@ -9,9 +9,18 @@ from typing import Any
 
 from .stats import ratio
 
-# What ours is compared with: the peer in three configurations, and the physical
-# limit (bench.baseline: the same objects from a minimal client; only "pods").
-THEIRS = ("mpi-tuned", "mpi", "mpi-defaults", "trainer", "baseline", "baseline-unlimited")
+# What ours is compared with: the peer in three configurations, Trainer v2, and the
+# physical limit (bench.baseline: the same objects from a minimal client, at once or
+# with the launcher after the workers are Ready; only "pods").
+THEIRS = (
+    "mpi-tuned",
+    "mpi",
+    "mpi-defaults",
+    "trainer",
+    "baseline",
+    "baseline-ordered",
+    "baseline-unlimited",
+)
 # Ours as shipped, and without the gang (the scheduling mpi-operator's pods get).
 OURS = ("ours", "ours-nogang")
 LABELS = {
@@ -23,6 +32,7 @@ LABELS = {
     "trainer": "Kubeflow Trainer v2 + JobSet (same QPS)",
     "baseline": "minimal client (same QPS)",
     "baseline-unlimited": "minimal client (no rate limit)",
+    "baseline-ordered": "minimal client, launcher after Ready (same QPS)",
 }
 SINGLE_MEASURES = (
     ("pods", "create -> all pods (workers + launcher)"),

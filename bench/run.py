@@ -120,6 +120,15 @@ def operator_specs(
         "baseline-unlimited": OperatorSpec(
             "baseline-unlimited", "minimal client (no client rate limit)", "baseline", 0, 0
         ),
+        # The limit for a launcher that waits for its workers, as both operators' do.
+        "baseline-ordered": OperatorSpec(
+            "baseline-ordered",
+            f"minimal client, launcher once the workers are Ready (QPS {qps:g}/{burst})",
+            "baseline",
+            qps,
+            burst,
+            ["--ordered"],
+        ),
     }
     return [specs[k] for k in which]
 
@@ -779,7 +788,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep-cluster", action="store_true", help="leave the cluster up")
     parser.add_argument(
         "--operators",
-        default="ours,ours-nogang,mpi-tuned,mpi,mpi-defaults,trainer,baseline,baseline-unlimited",
+        default=(
+            "ours,ours-nogang,mpi-tuned,mpi,mpi-defaults,trainer,"
+            "baseline,baseline-ordered,baseline-unlimited"
+        ),
         help="which to run [%(default)s]",
     )
     parser.add_argument("--qps", type=float, default=50.0, help="client QPS of both [%(default)s]")
