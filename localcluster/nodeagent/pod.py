@@ -304,12 +304,14 @@ class PodRunner(threading.Thread):
         if init:
             state.reason = "PodInitializing"
         container = Container(spec=c, state=state, init=init)
+        # The kubelet's probe workers start ticking when it takes the pod on.
+        taken_on = time.monotonic()
         if not init and c.get("startupProbe"):
-            container.startup = Probe(c["startupProbe"])
+            container.startup = Probe(c["startupProbe"], ticks_from=taken_on)
         if not init and c.get("readinessProbe"):
             container.readiness = Probe(c["readinessProbe"])
         if not init and c.get("livenessProbe"):
-            container.liveness = Probe(c["livenessProbe"])
+            container.liveness = Probe(c["livenessProbe"], ticks_from=taken_on)
         return container
 
     def _start(self, c: Container) -> None:
@@ -422,7 +424,7 @@ class PodRunner(threading.Thread):
                     c.state.startup_done = True
                     continue
             if probe.due(now):
-                probe.next_at = now + probe.period()
+                probe.ran(now)
                 self._run_probe(c, probe)
         c.state.ready = (
             c.proc is not None and c.state.startup_done and (c.readiness is None or c.readiness.ok)

@@ -13,6 +13,7 @@ namespaces with nsenter.
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import subprocess
 import threading
@@ -29,9 +30,18 @@ PROBE_BODY_LIMIT = 10 * 1024
 
 @dataclass
 class Probe:
-    """A startup, readiness or liveness probe of one container and its counters."""
+    """A startup, readiness or liveness probe of one container and its counters.
+
+    As the kubelet's probe workers: each ticks every periodSeconds from when the pod
+    was taken on (`ticks_from`). A readiness probe also runs at once when the
+    container is seen running (the kubelet triggers it from the status it writes);
+    a startup or liveness probe (`ticks_from` set) first runs on the first tick
+    after the container started and initialDelaySeconds passed.
+    """
 
     spec: Obj
+    # The tick phase of a startup or liveness probe; None: a readiness probe.
+    ticks_from: float | None = None
     next_at: float = 0.0
     successes: int = 0
     failures: int = 0
@@ -49,12 +59,26 @@ class Probe:
         return float(self.spec.get("timeoutSeconds", 1))
 
     def restart(self, now: float) -> None:
-        """The container (re)started: not ok, first run after initialDelaySeconds."""
+        """The container (re)started: not ok, first run after initialDelaySeconds (for
+        a startup or liveness probe, on the first tick after that)."""
         self.successes = self.failures = 0
         self.ok = False
         self.next_at = now + float(self.spec.get("initialDelaySeconds", 0))
+        if self.ticks_from is not None:
+            period = self.period()
+            ticks = math.ceil(max(0.0, self.next_at - self.ticks_from) / period)
+            self.next_at = self.ticks_from + ticks * period
         self._generation += 1
         self._running, self._result = False, None
+
+    def ran(self, now: float) -> None:
+        """A run started at `now`: the next one a period later (on its tick)."""
+        self.next_at = now + self.period()
+        if self.ticks_from is not None:
+            period = self.period()
+            self.next_at = (
+                self.ticks_from + (math.floor((now - self.ticks_from) / period) + 1) * period
+            )
 
     def due(self, now: float) -> bool:
         return now >= self.next_at and not self._running

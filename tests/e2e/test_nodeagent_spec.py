@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from horovod_operator.first_step import find_first_step
-from localcluster.nodeagent import mounts, spec
+from localcluster.nodeagent import mounts, probes, spec
 from localcluster.nodeagent.agent import netns_prefix
 from localcluster.nodeagent.logserver import LogClock, format_stamp
 from localcluster.nodeagent.netns import list_netns
@@ -260,3 +260,22 @@ def test_log_lines_get_the_time_their_end_was_first_seen(tmp_path: Path) -> None
     ]
     assert format_stamp(1_002.5) == "1970-01-01T00:16:42.500000000Z"
     assert find_first_step("\n".join(stamped)) == (True, "1970-01-01T00:16:42Z")
+
+
+def test_startup_and_liveness_probes_run_on_their_ticks_readiness_at_once() -> None:
+    """As the kubelet: a startup or liveness probe's worker ticks every period from
+    when the pod was taken on, so its first run is the first tick after the container
+    started (and initialDelaySeconds); readiness runs as soon as the container runs."""
+    startup = probes.Probe({"periodSeconds": 1}, ticks_from=100.0)
+    startup.restart(now=100.3)  # the container runs 0.3 s after the pod was taken on
+    assert startup.next_at == 101.0 and not startup.due(100.9) and startup.due(101.0)
+    startup.ran(101.02)
+    assert startup.next_at == 102.0  # on the grid, not a period after the run
+    delayed = probes.Probe({"periodSeconds": 2, "initialDelaySeconds": 3}, ticks_from=100.0)
+    delayed.restart(now=100.5)
+    assert delayed.next_at == 104.0
+    readiness = probes.Probe({"periodSeconds": 30})
+    readiness.restart(now=100.3)
+    assert readiness.due(100.3)
+    readiness.ran(100.3)
+    assert readiness.next_at == 130.3
