@@ -25,17 +25,19 @@ Obj = dict[str, Any]
 # own command): a TCP connect. The first, at the container's start, finds sshd
 # not yet listening, so Ready comes one period later: the least Kubernetes allows.
 SSHD_READINESS_PERIOD_SECONDS = 1
-# Our sshd's workers get a startup probe instead: `horovod_worker.sshd
-# --wait-listening` returns as soon as sshd sends its banner, so the pod is Ready
-# when sshd is (a second sooner per attempt, docs/benchmarks "Real pods"), and
-# nothing probes the pod after that (sshd is the container's process: if it goes,
-# the container does). Each run waits up to SSHD_STARTUP_WAIT_SECONDS.
-SSHD_STARTUP_WAIT_SECONDS = 10
-# The kubelet kills a container whose startup probe failed failureThreshold times.
-# An sshd that never answers should fail the attempt the way any other stuck start
-# does, by runPolicy.startupTimeoutSeconds (which may be null: wait forever), so
-# the probe alone never gives up first; its message is in the pod's Events.
-SSHD_STARTUP_FAILURE_THRESHOLD: Final = -(-MAX_SECONDS // SSHD_STARTUP_WAIT_SECONDS)
+# Our sshd's workers get an exec readiness probe instead: `horovod_worker.sshd
+# --wait-listening` returns as soon as sshd sends its banner (waiting up to
+# SSHD_WAIT_SECONDS), so the pod is Ready when sshd is. A readiness probe, not a
+# startup probe: the kubelet runs a readiness probe at once when it sees the
+# container running (prober_manager.UpdatePodStatus triggers it), while a startup
+# probe waits for its worker's next tick, up to a period later (a second on kind's
+# kubelet, docs/benchmarks "Real pods"). A run that fails leaves the pod not Ready,
+# never kills it: an sshd that never answers fails the attempt by
+# runPolicy.startupTimeoutSeconds, which names what it waited for.
+SSHD_WAIT_SECONDS = 10
+# After the start it only confirms sshd still answers (sshd is the container's
+# process: if it goes, the container does): an interpreter every half minute.
+SSHD_RECHECK_SECONDS = 30
 # The elastic agent's /ready is asked less often: with failureThreshold 3, a
 # period of 2 s lets a busy agent miss 6 s before its host leaves the job.
 ELASTIC_READINESS_PERIOD_SECONDS = 2
@@ -606,16 +608,15 @@ def new_worker_pod(
 
 
 def sshd_probe(port: int) -> Obj:
-    """The startup probe of a worker running our sshd: Ready once sshd answers."""
-    wait = SSHD_STARTUP_WAIT_SECONDS
+    """The readiness probe of a worker running our sshd: Ready once sshd answers."""
+    wait = SSHD_WAIT_SECONDS
     command = [*contract.WORKER_SSHD_COMMAND, "--port", str(port), "--wait-listening", str(wait)]
     return {
-        "startupProbe": {
+        "readinessProbe": {
             "exec": {"command": command},
-            "periodSeconds": 1,
+            "periodSeconds": SSHD_RECHECK_SECONDS,
             # The kubelet's own limit on one run, above the command's.
             "timeoutSeconds": wait + 5,
-            "failureThreshold": SSHD_STARTUP_FAILURE_THRESHOLD,
         }
     }
 

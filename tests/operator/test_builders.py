@@ -145,19 +145,18 @@ def test_worker_service() -> None:
     }
 
 
-# Our sshd: a startup probe that waits for its banner, then nothing.
+# Our sshd: a readiness probe that waits for its banner (the kubelet runs it as soon
+# as the container runs), then checks it every half minute.
 OUR_SSHD_PROBE = {
-    "startupProbe": {
+    "readinessProbe": {
         "exec": {
             "command": [
                 *("python", "-m", "horovod_worker.sshd"),
                 *("--port", "2222", "--wait-listening", "10"),
             ]
         },
-        "periodSeconds": 1,
+        "periodSeconds": 30,
         "timeoutSeconds": 15,
-        # Never before runPolicy.startupTimeoutSeconds' largest value (a year of 10 s runs).
-        "failureThreshold": 3162240,
     }
 }
 # A template's own command or an image's own sshd: a TCP connect every second.
@@ -575,7 +574,7 @@ def test_an_image_with_its_own_sshd_and_no_command_runs_its_entrypoint() -> None
     container = pod["spec"]["containers"][0]
     assert "command" not in container
     assert container["readinessProbe"]["tcpSocket"] == {"port": 2022}
-    assert "startupProbe" not in container, "the image may not have our module to wait with"
+    assert "exec" not in container["readinessProbe"], "the image may not have our module"
 
 
 @pytest.mark.parametrize("kind", ["readinessProbe", "startupProbe"])
