@@ -1,5 +1,5 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-full bench-quick bench-realpods
+.PHONY: images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-full bench-quick bench-realpods bench-realpods-kind
 
 
 demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
@@ -68,6 +68,9 @@ bench-realpods:  ## apply -> first step -> Succeeded with real pods, ours and mp
 	hack/bootstrap.sh
 	HVK_REALPODS_REPEATS=3 HVK_REALPODS_OUT=docs/benchmarks/realpods.json \
 	  .venv/bin/pytest -s tests/e2e/test_realpods.py
+
+bench-realpods-kind:  ## the same on kind's real kubelet: run.sh, then ours and mpi-operator 3 runs each (~25 min warm); docs/benchmarks/realpods-kind.json
+	REALPODS_REPEATS=3 REALPODS_OUT=$(CURDIR)/docs/benchmarks/realpods-kind.json $(MAKE) kind-e2e
 
 soak:  ## chaos soak: 10 minutes of jobs and seeded faults, invariants checked (docs/soak)
 	SKIP_WORKER=1 hack/bootstrap.sh

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bench import realpods
+from bench import realpods, realpods_kind
 
 
 def _pod(name: str, node: str | None = None, ready: bool = False, running: bool = False) -> Any:
@@ -129,3 +129,32 @@ def test_the_launcher_timeline_stops_at_rank_0s_first_step() -> None:
     assert timeline[0][1] == "horovod_worker.sshd: ssh client configured"
     assert len(timeline[1][1]) == realpods.TIMELINE_WIDTH
     assert realpods.log_timeline("no stamp\n", since) == [[None, "no stamp"]]
+
+
+def test_the_kind_shapes_run_one_program_from_one_image() -> None:
+    """On kind both operators run the digits trainer from the same worker image; the
+    MPIJob keeps its users' shape (mpirun as root, the image's `sshd -De`) and gets
+    what mpi-operator's images bake in, not a wrapper of ours."""
+    image = "horovod-worker:0.1.0-torch-cpu"
+    ours = realpods_kind.horovod_job("hv-0", image)
+    assert ours["spec"]["image"] == image and ours["spec"]["command"] == realpods_kind.PROGRAM
+    assert ours["spec"]["worker"]["replicas"] == realpods_kind.WORKERS
+
+    mpi = realpods_kind.mpi_job("mpi-0", image)
+    spec = mpi["spec"]
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    worker = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    args = launcher["containers"][0]["args"]
+    assert launcher["containers"][0]["command"] == ["mpirun"] and "--allow-run-as-root" in args
+    assert args[-len(realpods_kind.PROGRAM) :] == realpods_kind.PROGRAM
+    (script,) = worker["containers"][0]["args"]
+    assert script.startswith("mkdir -p /run/sshd && exec /usr/sbin/sshd -De ")
+    assert "horovod_worker" not in script
+    for pod in (launcher, worker):
+        assert pod["securityContext"]["runAsUser"] == 0
+        assert pod["containers"][0]["image"] == image
+        assert "resources" not in pod["containers"][0]
+    mounts = {m["mountPath"] for m in launcher["containers"][0]["volumeMounts"]}
+    assert mounts == {"/etc/ssh/ssh_config.d"}
+    assert worker["volumes"][0]["secret"]["defaultMode"] == 0o600

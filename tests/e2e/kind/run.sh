@@ -16,6 +16,9 @@
 #   E2E_ARTIFACTS     where logs, `kind export logs` and timings.json go [.work/kind-e2e]
 #   JOB_TIMEOUT       seconds a job may take [420: the examples take 10-30 s here; a stuck
 #                     one must not use up CI's time]
+#   REALPODS_REPEATS  also time apply -> first step, ours and mpi-operator, N runs each
+#                     (bench/realpods_kind.py) [unset: not run]
+#   REALPODS_OUT      where those runs go [$E2E_ARTIFACTS/realpods-kind.json]
 set -Eeuo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 cd "$repo"
@@ -137,6 +140,19 @@ step "a job that must fail: $example with an argument the trainer refuses"
 name="$($helpers failing-name "$example")"
 $helpers failing-variant "$example" --image "horovod-worker:$version-torch-cpu" >"$artifacts/$name.yaml"
 run_job "$artifacts/$name.yaml" "$name" Failed LauncherFailed
+
+if [[ -n "${REALPODS_REPEATS:-}" ]]; then
+  # bench/realpods_kind.py: the same program under ours and under mpi-operator (a
+  # process beside the cluster), apply -> first step -> Succeeded on this kubelet.
+  step "real pods: ours and mpi-operator, ${REALPODS_REPEATS} run(s) each"
+  kind get kubeconfig --name "$cluster" >"$artifacts/kubeconfig"
+  if ! python3 -m bench.realpods_kind --kubeconfig "$artifacts/kubeconfig" \
+      --image "horovod-worker:$version-torch-cpu" --repeats "$REALPODS_REPEATS" \
+      --out "${REALPODS_OUT:-$artifacts/realpods-kind.json}" --logs "$artifacts/realpods-kind"; then
+    failed=1
+    failed_jobs+=("real pods (bench.realpods_kind)")
+  fi
+fi
 
 step "timings (apply -> trainers started -> finished), also in $artifacts/timings.json"
 cat "$artifacts/timings.json"

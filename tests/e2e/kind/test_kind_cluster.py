@@ -4,7 +4,9 @@ node image is built here from pinned sources (hack/kind.sh; no registry).
 Real kubelet, containerd and runc in a Docker container, the chart's operator
 image reconciling through its ServiceAccount, the worker images' sshd and
 horovodrun in real containers: both examples to Succeeded, and a job whose
-trainer refuses an argument to Failed, saying so. Needs a Docker engine
+trainer refuses an argument to Failed, saying so; then the digits trainer under
+ours and under mpi-operator, timed from apply to its first step
+(bench/realpods_kind.py). Needs a Docker engine
 (hack/images.sh engine starts one); skipped without one on a developer's
 machine, a failure under CI.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench.realpods import MILESTONES
 from localcluster.paths import REPO
 from tests.e2e.kind.kind_e2e import horovod_job
 from tests.support.timings import record_timing
@@ -79,6 +82,9 @@ def test_examples_succeed_and_a_refused_argument_fails_on_real_kind(
         KIND_CONFIG=str(config),
         KIND_CLUSTER="horovod-e2e-pytest",
         E2E_ARTIFACTS=str(ARTIFACTS),
+        # One timed run of each operator on this kubelet (bench/realpods_kind.py).
+        REALPODS_REPEATS="1",
+        REALPODS_OUT=str(ARTIFACTS / "realpods-kind.json"),
     )
     _run([str(REPO / "tests" / "e2e" / "kind" / "run.sh")], log, env, timeout=2400)
     timings = json.loads((ARTIFACTS / "timings.json").read_text())
@@ -107,3 +113,13 @@ def test_examples_succeed_and_a_refused_argument_fails_on_real_kind(
     assert timings["pytorch-digits-refused-argument"]["phase"] == "Failed", timings
     for name, values in timings.items():
         record_timing("kind", name, **{k: v for k, v in values.items() if k != "phase"})
+    # The same program under ours and under mpi-operator, timed on the real kubelet:
+    # each reached Succeeded with every milestone seen, in order.
+    realpods = json.loads((ARTIFACTS / "realpods-kind.json").read_text())
+    assert set(realpods["runs"]) == {"ours", "mpi-operator"}, realpods["runs"].keys()
+    for key, runs in realpods["runs"].items():
+        (run,) = runs
+        assert run["phase"] == "Succeeded", (key, run)
+        marks = [run["milestones"][m] for m in MILESTONES]
+        assert all(m is not None for m in marks) and marks == sorted(marks), (key, run)
+        record_timing("kind-realpods", key, **run["milestones"])
