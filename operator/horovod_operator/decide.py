@@ -11,6 +11,7 @@ without a cluster.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
@@ -28,11 +29,12 @@ from .api import (
     parse_status,
 )
 from .children import (
-    Children,
     is_terminating,
+    labels_of,
     metadata_of,
     name_of,
     pod_phase,
+    role_of,
 )
 from .conditions import (
     FAILED,
@@ -58,7 +60,7 @@ from .phases import (
     invalid_spec_status,
     workers_ready_to_start,
 )
-from .plan import Delete, Event, Observation, Plan, Refusal
+from .plan import Delete, Event, Observation, Plan, PodSweep, Refusal
 from .validation import template_policy_violations
 
 # Timers further away than this are re-checked then (a long deadline costs one
@@ -138,7 +140,7 @@ def decide(seen: Observation) -> Plan:
             )
         _report_progress(plan, job, status, seen)
     elif status.phase in ("Restarting", "Suspended"):
-        _delete_pods(plan, seen.children, lambda pod: True, with_launcher=True)
+        _delete_pods(plan, seen, None, with_launcher=True)
         if status.elastic is not None:
             # Its pods go on purpose: none of them is lost, and the next ones are new.
             status.elastic.worker_uids = {}
@@ -195,7 +197,7 @@ def _invalid(
     else:
         status = invalid_spec_status(previous, message, generation, seen.now)
     plan = Plan(status=status, events=_events(previous, status))
-    _delete_everything(plan, seen.children)
+    _delete_everything(plan, seen)
     if seen.kueue_api:
         plan.workload_status = queueing.finished_patch(seen.children, status, seen.now)
     return plan
@@ -347,17 +349,38 @@ def _report_progress(
         fail(status, REASON_STARTUP_TIMEOUT, timeout, seen.now)
         plan.creates.clear()
         plan.config_data = None
-        _delete_pods(plan, seen.children, lambda pod: True, with_launcher=True)
+        _delete_pods(plan, seen, None, with_launcher=True)
 
 
 # --- deleting ----------------------------------------------------------------------------
 
 
-def _delete_pods(plan: Plan, children: Children, select: Any, with_launcher: bool) -> None:
-    """Delete the selected worker pods (and the launcher) not already going."""
-    for pod in children.workers:
-        if not is_terminating(pod) and select(pod):
-            plan.deletes.append(Delete("Pod", name_of(pod)))
+# Phases a pod is still running in (cleanPodPolicy Running), and the server-side
+# field selector that matches them (a field selector cannot say "in").
+_UNFINISHED: Final = frozenset({"Pending", "Running"})
+_UNFINISHED_FIELDS: Final = "status.phase!=Succeeded,status.phase!=Failed"
+# Fewer worker pods than this to delete go one request each.
+SWEEP_MIN: Final = 2
+
+
+def _delete_pods(
+    plan: Plan, seen: Observation, phases: frozenset[str] | None, with_launcher: bool
+) -> None:
+    """Delete the worker pods in `phases` (every phase: None) and the launcher, of
+    what is not already going: as one sweep by label where that selects exactly
+    them, else one by one."""
+    children = seen.children
+    workers = [
+        pod
+        for pod in children.workers
+        if not is_terminating(pod) and (phases is None or pod_phase(pod) in phases)
+    ]
+    uid = str(metadata_of(seen.body).get("uid") or "")
+    sweep = _worker_sweep(seen, uid, workers, phases)
+    if sweep is not None:
+        plan.sweeps.append(sweep)
+    else:
+        plan.deletes += [Delete("Pod", name_of(pod)) for pod in workers]
     if with_launcher:
         launcher = children.launcher_job
         if launcher is not None and not is_terminating(launcher):
@@ -365,6 +388,33 @@ def _delete_pods(plan: Plan, children: Children, select: Any, with_launcher: boo
     for pod in children.stray_launcher_pods:
         if not is_terminating(pod):
             plan.deletes.append(Delete("Pod", name_of(pod)))
+
+
+def _worker_sweep(
+    seen: Observation, uid: str, workers: list[Mapping[str, Any]], phases: frozenset[str] | None
+) -> PodSweep | None:
+    """One DELETE by label for `workers`, when its selector picks no pod but theirs:
+    every one carries the job's UID label (pods made before the label was added do
+    not), no pod of another owner carries it, and the phases are all or unfinished."""
+    if len(workers) < SWEEP_MIN or not uid or phases not in (None, _UNFINISHED):
+        return None
+    if any(labels_of(pod).get(names.LABEL_JOB_UID) != uid for pod in workers):
+        return None
+    if any(
+        labels_of(pod).get(names.LABEL_JOB_UID) == uid and role_of(pod) == names.ROLE_WORKER
+        for pod in seen.children.foreign.values()
+    ):
+        return None
+    selector = ",".join(
+        f"{key}={value}"
+        for key, value in (
+            (names.LABEL_MANAGED_BY, names.MANAGED_BY),
+            (names.LABEL_ROLE, names.ROLE_WORKER),
+            (names.LABEL_JOB_UID, uid),
+        )
+    )
+    fields = "" if phases is None else _UNFINISHED_FIELDS
+    return PodSweep(selector, fields, tuple(name_of(pod) for pod in workers))
 
 
 def _force_delete_stuck_pods(plan: Plan, seen: Observation) -> None:
@@ -397,8 +447,9 @@ def _force_delete_stuck_pods(plan: Plan, seen: Observation) -> None:
             plan.requeue_after = soonest
 
 
-def _delete_everything(plan: Plan, children: Children) -> None:
-    _delete_pods(plan, children, lambda pod: True, with_launcher=True)
+def _delete_everything(plan: Plan, seen: Observation) -> None:
+    children = seen.children
+    _delete_pods(plan, seen, None, with_launcher=True)
     for kind, obj in (
         ("Secret", children.secret),
         ("ConfigMap", children.config_map),
@@ -415,19 +466,12 @@ def _finish(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observa
     children = seen.children
     if failed is not None and failed.reason in _STOP_EVERYTHING:
         # Like a batch/v1 Job past its deadline: nothing of it keeps running.
-        _delete_pods(plan, children, lambda pod: True, with_launcher=True)
+        _delete_pods(plan, seen, None, with_launcher=True)
     elif policy.clean_pod_policy == "All":
-        _delete_pods(plan, children, lambda pod: True, with_launcher=True)
+        _delete_pods(plan, seen, None, with_launcher=True)
     elif policy.clean_pod_policy == "Running":
-        launcher_active = any(
-            pod_phase(pod) in ("Pending", "Running") for pod in children.launcher_pods
-        )
-        _delete_pods(
-            plan,
-            children,
-            lambda pod: pod_phase(pod) in ("Pending", "Running"),
-            with_launcher=launcher_active,
-        )
+        launcher_active = any(pod_phase(pod) in _UNFINISHED for pod in children.launcher_pods)
+        _delete_pods(plan, seen, _UNFINISHED, with_launcher=launcher_active)
     due = due_time(status.completion_time, policy.ttl_seconds_after_finished)
     if due is not None and seen.now >= due:
         plan.delete_job = True

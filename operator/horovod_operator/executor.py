@@ -34,7 +34,16 @@ from .conditions import format_time, now_utc, parse_time
 from .kube import Kube, KubeError
 from .memory import PROGRESS_INTERVAL, Indexes, JobMemory, Key, Obj, Refused
 from .phases import progress_only, status_body
-from .plan import Delete, Event, Observation, Plan, Priority, Refusal, WorkloadStatusPatch
+from .plan import (
+    Delete,
+    Event,
+    Observation,
+    Plan,
+    PodSweep,
+    Priority,
+    Refusal,
+    WorkloadStatusPatch,
+)
 from .sshkeys import generate_key_pair
 
 logger = logging.getLogger(__name__)
@@ -88,6 +97,9 @@ class Executor:
         self.volcano_api = False
         self.coscheduling_api = False
         self._flavors: dict[str, tuple[float, Obj]] = {}
+        # False once the server refused a collection delete (RBAC without the
+        # deletecollection verb, as granted before it was used): pods go one by one.
+        self.sweeps = True
 
     def forget(self, key: Key) -> None:
         self.memory.pop(key, None)
@@ -306,6 +318,7 @@ class Executor:
             memory.accepted = (int(meta.get("generation") or 0), observed.get("spec") or {})
         for event in plan.events:
             await self._post_event(body, event)
+        await self._sweep(key, plan.sweeps, memory)
         await self._delete(key, plan.deletes, memory, body)
         if plan.config_data is not None:
             meta = body["metadata"]
@@ -403,6 +416,34 @@ class Executor:
         await self.kube.post_event(
             body, event.type, event.reason, event.message, format_time(now_utc())
         )
+
+    async def _sweep(self, key: Key, sweeps: list[PodSweep], memory: JobMemory) -> None:
+        """Each sweep's pods in one DELETE by label; one by one where that is refused."""
+        for sweep in sweeps:
+            todo = [name for name in sweep.names if name not in memory.deleting]
+            if not todo:
+                continue
+            if self.sweeps:
+                now = time.monotonic()
+                for name in todo:
+                    memory.deleting[name] = now
+                try:
+                    await self.kube.delete_collection(
+                        "Pod", key[0], sweep.label_selector, sweep.field_selector
+                    )
+                    continue
+                except KubeError as error:
+                    if error.status not in (403, 405):
+                        raise
+                    self.sweeps = False
+                    logger.warning(
+                        "pods are deleted one by one: the server refused a collection "
+                        "delete (%s); grant the operator the deletecollection verb on pods",
+                        error,
+                    )
+                    for name in todo:
+                        memory.deleting.pop(name, None)
+            await self._delete(key, [Delete("Pod", name) for name in todo], memory)
 
     async def _delete(
         self, key: Key, deletes: list[Delete], memory: JobMemory, body: Obj | None = None

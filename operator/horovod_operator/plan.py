@@ -114,6 +114,18 @@ class Delete:
     warning: str | None = None
 
 
+@dataclass(frozen=True)
+class PodSweep:
+    """The `Delete`s of several of a job's worker pods as one request: a DELETE of
+    the pods its labels select (and, with `field_selector`, only those not finished).
+    A job's end costs one write instead of one per worker, and its client's rate
+    limit is not spent for seconds on a big job's deletes while other jobs wait."""
+
+    label_selector: str
+    field_selector: str  # "" selects every phase
+    names: tuple[str, ...]  # the pods this view expects it to delete
+
+
 @dataclass
 class Plan:
     """What to do, in this order: write the status, post the events, delete, create."""
@@ -121,6 +133,7 @@ class Plan:
     status: HorovodJobStatus | None = None  # None: leave the status as it is
     events: list[Event] = field(default_factory=list)
     deletes: list[Delete] = field(default_factory=list)
+    sweeps: list[PodSweep] = field(default_factory=list)
     creates: list[dict[str, Any]] = field(default_factory=list)
     config_data: dict[str, str] | None = None  # new data of the job's ConfigMap
     delete_job: bool = False  # ttlSecondsAfterFinished passed

@@ -12,7 +12,15 @@ from horovod_operator.builders import new_config_map
 from horovod_operator.children import sort_children
 from horovod_operator.decide import decide
 from horovod_operator.phases import status_body
-from horovod_operator.plan import Delete, Event, Observation, Plan, Priority, Refusal
+from horovod_operator.plan import (
+    Delete,
+    Event,
+    Observation,
+    Plan,
+    PodSweep,
+    Priority,
+    Refusal,
+)
 from horovod_operator.sshkeys import KeyPair
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -53,11 +61,17 @@ def worker(
     attempt: int = 0,
     uid: str = UID,
     terminating: bool = False,
+    uid_label: str | None = None,
     **status: Any,
 ) -> dict[str, Any]:
+    """A worker pod; `uid_label`: its job-uid label, which pods made before the
+    operator labelled workers with it lack."""
+    labels = {"horovod.ai/role": "worker", "horovod.ai/attempt": str(attempt)}
+    if uid_label is not None:
+        labels["horovod.ai/job-uid"] = uid_label
     meta: dict[str, Any] = {
         "name": f"j-worker-{i}",
-        "labels": {"horovod.ai/role": "worker", "horovod.ai/attempt": str(attempt)},
+        "labels": labels,
         "ownerReferences": owned(uid),
     }
     if terminating:
@@ -304,6 +318,65 @@ def test_transitions(
     assert stored(plan)["phase"] == phase, case
     assert [(e.type, e.reason) for e in plan.events] == events, case
     assert plan.deletes == deletes, case
+
+
+# --- deleting workers in one request ------------------------------------------------------
+
+SWEEP_LABELS = "app.kubernetes.io/managed-by=horovod-operator,horovod.ai/role=worker"
+
+
+def test_cleanup_sweeps_the_unfinished_workers_by_label_in_one_request() -> None:
+    pods = [
+        worker(0, uid_label=UID),
+        worker(1, "Pending", ready=False, uid_label=UID),
+        worker(2, "Succeeded", uid_label=UID),  # kept: cleanPodPolicy Running
+        launcher_pod("Succeeded"),
+    ]
+    plan = decide(observe(body(RUNNING, worker={"replicas": 3}), pods, launcher_job("Complete")))
+    assert stored(plan)["phase"] == "Succeeded"
+    assert plan.deletes == []
+    assert plan.sweeps == [
+        PodSweep(
+            f"{SWEEP_LABELS},horovod.ai/job-uid={UID}",
+            "status.phase!=Succeeded,status.phase!=Failed",
+            ("j-worker-0", "j-worker-1"),
+        )
+    ]
+
+
+def test_a_restart_sweeps_every_worker_and_deletes_the_launcher() -> None:
+    pods = [worker(0, uid_label=UID), worker(1, "Failed", uid_label=UID), launcher_pod()]
+    plan = decide(observe(body(RUNNING), pods, launcher_job()))
+    assert stored(plan)["phase"] == "Restarting"
+    assert plan.sweeps == [
+        PodSweep(f"{SWEEP_LABELS},horovod.ai/job-uid={UID}", "", ("j-worker-0", "j-worker-1"))
+    ]
+    assert plan.deletes == [Delete("Job", "j-launcher", "Foreground")]
+
+
+@pytest.mark.parametrize(
+    ("case", "pods"),
+    [
+        ("one worker", [worker(0, uid_label=UID)]),
+        # Made before workers carried the label: a selector would miss it.
+        ("an unlabelled worker", [worker(0, uid_label=UID), worker(1)]),
+        # Someone else's pod with the job's labels: a selector would take it too.
+        (
+            "a foreign pod with the label",
+            [worker(0, uid_label=UID), worker(1, uid_label=UID), worker(2, uid="x", uid_label=UID)],
+        ),
+    ],
+)
+def test_workers_a_selector_cannot_pick_exactly_go_one_by_one(
+    case: str, pods: list[dict[str, Any]]
+) -> None:
+    plan = decide(observe(body(RUNNING, runPolicy={"suspend": True}), pods))
+    assert stored(plan)["phase"] == "Suspended", case
+    assert plan.sweeps == [], case
+    owned_workers = [
+        p["metadata"]["name"] for p in pods if p["metadata"]["ownerReferences"][0]["uid"] == UID
+    ]
+    assert [d.name for d in plan.deletes if d.kind == "Pod"] == owned_workers, case
 
 
 def test_restart_starts_the_next_attempt_once_the_old_one_is_gone() -> None:

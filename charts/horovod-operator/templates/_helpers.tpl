@@ -54,9 +54,10 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 - apiGroups: ["horovod.ai"]
   resources: ["horovodjobs/finalizers"]
   verbs: ["update"]
+# deletecollection: a finished or restarting job's workers go in one request.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete", "deletecollection"]
 # The start of rank 0's log, until its first-step line: time to first step.
 - apiGroups: [""]
   resources: ["pods/log"]

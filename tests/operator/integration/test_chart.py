@@ -3,6 +3,7 @@ the operator running as the chart's ServiceAccount, and least-privilege RBAC."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,7 +29,7 @@ EXPECTED_RULES = {
     "horovodjobs.horovod.ai": {"get", "list", "watch", "patch", "delete"},
     "horovodjobs.horovod.ai/status": {"get", "patch"},
     "horovodjobs.horovod.ai/finalizers": {"update"},
-    "pods": {"get", "list", "watch", "create", "delete"},
+    "pods": {"get", "list", "watch", "create", "delete", "deletecollection"},
     "pods/log": {"get"},
     "services": {"get", "list", "watch", "create", "delete"},
     "secrets": {"get", "list", "watch", "create", "delete"},
@@ -279,28 +280,24 @@ def _refused(log: str) -> bool:
     return "Forbidden" in log or " 403" in log
 
 
-def test_operator_from_the_chart_reconciles_as_its_service_account(
-    cluster: KubeCluster, installed: tuple[str, str], tmp_path: Path
-) -> None:
-    release_ns, jobs_ns = installed
-    assert cluster.exists("crd", "horovodjobs.horovod.ai")
-    assert cluster.exists("role", "hvop-horovod-operator", jobs_ns)
-    assert cluster.exists("rolebinding", "hvop-horovod-operator", jobs_ns)
-    assert cluster.exists("clusterrole", "hvop-horovod-operator-cluster-reader")
+@contextlib.contextmanager
+def _chart_operator(
+    cluster: KubeCluster, release_ns: str, tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], Path, dict[str, str]]]:
+    """Run exactly the Deployment's command, args and env; only the in-cluster
+    credentials become a kubeconfig holding the ServiceAccount's token, and the
+    HTTP port a free one (several tests share this machine). The process, its log
+    and its env."""
     deployment = cluster.get("deployment", "hvop-horovod-operator", release_ns)
     pod_spec = deployment["spec"]["template"]["spec"]
     container = pod_spec["containers"][0]
     sa = pod_spec["serviceAccountName"]
-    # Run exactly the Deployment's command, args and env; only the in-cluster
-    # credentials become a kubeconfig holding the ServiceAccount's token, and the
-    # HTTP port a free one (several tests share this machine).
     kubeconfig = _token_kubeconfig(cluster, release_ns, sa, tmp_path / "sa.kubeconfig")
     downward = {"metadata.namespace": release_ns}
     env = {
         e["name"]: e["value"] if "value" in e else downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
         for e in container["env"]
     }
-    assert env["HOROVOD_OPERATOR_LEADER_ELECT"] == "true"
     env["HOROVOD_OPERATOR_HTTP_PORT"] = str(free_port())
     venv_bin = str(Path(sys.executable).parent)
     log_path = tmp_path / "operator.log"
@@ -318,57 +315,106 @@ def test_operator_from_the_chart_reconciles_as_its_service_account(
             cwd=tmp_path,
         )
     try:
-        job = {
-            "apiVersion": "horovod.ai/v1alpha1",
-            "kind": "HorovodJob",
-            "metadata": {"name": "chart-job"},
-            "spec": {
-                "command": ["python", "-m", "horovod_worker.train", "--epochs=1"],
-                "worker": {"replicas": 2, "resources": {"limits": {"nvidia.com/gpu": 1}}},
-            },
-        }
-        cluster.apply(job, jobs_ns)
+        yield proc, log_path, env
+    finally:
+        stop_process(proc)
+        print("--- operator log ---\n" + log_path.read_text(errors="replace")[-4000:])
 
-        def launcher_pod() -> str | None:
-            pods = cluster.get(
-                "pods",
-                namespace=jobs_ns,
-                selector="horovod.ai/job-name=chart-job,horovod.ai/role=launcher",
-            )
-            running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
-            return running[0]["metadata"]["name"] if running else None
 
-        pod = wait_for(launcher_pod, 60, message=f"the launcher pod (operator log: {log_path})")
-        # The chart's workerImage filled the empty spec.image.
-        launcher = cluster.get("pod", pod, jobs_ns)
-        assert launcher["spec"]["containers"][0]["image"] == env["HOROVOD_OPERATOR_DEFAULT_IMAGE"]
-        cluster.set_pod_phase(jobs_ns, pod, "Succeeded")
-        wait_for(
-            lambda: (
-                (cluster.get("hvjob", "chart-job", jobs_ns).get("status") or {}).get("phase")
-                == "Succeeded"
-            ),
-            60,
-            message="the job to succeed",
+def _run_to_succeeded(cluster: KubeCluster, jobs_ns: str, log_path: Path) -> dict[str, Any]:
+    """chart-job (2 workers) to Succeeded; its launcher pod."""
+    job = {
+        "apiVersion": "horovod.ai/v1alpha1",
+        "kind": "HorovodJob",
+        "metadata": {"name": "chart-job"},
+        "spec": {
+            "command": ["python", "-m", "horovod_worker.train", "--epochs=1"],
+            "worker": {"replicas": 2, "resources": {"limits": {"nvidia.com/gpu": 1}}},
+        },
+    }
+    cluster.apply(job, jobs_ns)
+
+    def launcher_pod() -> str | None:
+        pods = cluster.get(
+            "pods",
+            namespace=jobs_ns,
+            selector="horovod.ai/job-name=chart-job,horovod.ai/role=launcher",
         )
+        running = [p for p in pods["items"] if p["status"].get("phase") == "Running"]
+        return running[0]["metadata"]["name"] if running else None
+
+    pod = wait_for(launcher_pod, 60, message=f"the launcher pod (operator log: {log_path})")
+    launcher: dict[str, Any] = cluster.get("pod", pod, jobs_ns)
+    cluster.set_pod_phase(jobs_ns, pod, "Succeeded")
+    wait_for(
+        lambda: (
+            (cluster.get("hvjob", "chart-job", jobs_ns).get("status") or {}).get("phase")
+            == "Succeeded"
+        ),
+        60,
+        message="the job to succeed",
+    )
+    return launcher
+
+
+def _workers_gone(cluster: KubeCluster, jobs_ns: str) -> bool:
+    selector = "horovod.ai/job-name=chart-job,horovod.ai/role=worker"
+    return not cluster.get("pods", namespace=jobs_ns, selector=selector)["items"]
+
+
+def test_operator_from_the_chart_reconciles_as_its_service_account(
+    cluster: KubeCluster, installed: tuple[str, str], tmp_path: Path
+) -> None:
+    release_ns, jobs_ns = installed
+    assert cluster.exists("crd", "horovodjobs.horovod.ai")
+    assert cluster.exists("role", "hvop-horovod-operator", jobs_ns)
+    assert cluster.exists("rolebinding", "hvop-horovod-operator", jobs_ns)
+    assert cluster.exists("clusterrole", "hvop-horovod-operator-cluster-reader")
+    with _chart_operator(cluster, release_ns, tmp_path) as (proc, log_path, env):
+        assert env["HOROVOD_OPERATOR_LEADER_ELECT"] == "true"
+        launcher = _run_to_succeeded(cluster, jobs_ns, log_path)
+        # The chart's workerImage filled the empty spec.image.
+        assert launcher["spec"]["containers"][0]["image"] == env["HOROVOD_OPERATOR_DEFAULT_IMAGE"]
         # It acted as the elected leader, through the chart's Lease Role.
         lease = cluster.get("lease", "hvop-horovod-operator", release_ns)
         assert lease["spec"]["holderIdentity"]
-        # The operator logs the transition after writing it; its cleanup follows at once.
+        # The operator logs the transition after writing it; its cleanup follows at once
+        # (the workers in one collection delete, which the Role grants).
         wait_for(
             lambda: "-> Succeeded" in log_path.read_text(errors="replace"),
             20,
             message="the operator's log of the transition",
         )
+        wait_for(lambda: _workers_gone(cluster, jobs_ns), 20, message="the workers deleted")
         holds(  # a bounded check: the operator lives and is never refused
             lambda: proc.poll() is None and not _refused(log_path.read_text(errors="replace")),
             1.0,
             message="no API refusal in the operator's log",
             describe=lambda: log_path.read_text(errors="replace")[-3000:],
         )
-    finally:
-        stop_process(proc)
-        print("--- operator log ---\n" + log_path.read_text(errors="replace")[-4000:])
+
+
+def test_rbac_without_deletecollection_still_deletes_the_workers_one_by_one(
+    cluster: KubeCluster, installed: tuple[str, str], tmp_path: Path
+) -> None:
+    """The Role an older chart granted (no deletecollection on pods): the refused
+    collection delete is named once in the log and each worker goes on its own."""
+    release_ns, jobs_ns = installed
+    role = cluster.get("role", "hvop-horovod-operator", jobs_ns)
+    (index,) = [i for i, r in enumerate(role["rules"]) if r.get("resources") == ["pods"]]
+    verbs = [v for v in role["rules"][index]["verbs"] if v != "deletecollection"]
+    patch = [{"op": "replace", "path": f"/rules/{index}/verbs", "value": verbs}]
+    cluster.kubectl(
+        "patch", "role", "hvop-horovod-operator", "-n", jobs_ns, "--type=json",
+        "-p", json.dumps(patch),
+    )  # fmt: skip
+    with _chart_operator(cluster, release_ns, tmp_path) as (proc, log_path, _env):
+        _run_to_succeeded(cluster, jobs_ns, log_path)
+        wait_for(lambda: _workers_gone(cluster, jobs_ns), 20, message="the workers deleted")
+        log = log_path.read_text(errors="replace")
+        assert "grant the operator the deletecollection verb on pods" in log
+        assert log.count("pods are deleted one by one") == 1
+        assert proc.poll() is None
 
 
 def test_namespace_editors_can_run_jobs_and_viewers_only_read_them(

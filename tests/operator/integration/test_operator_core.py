@@ -274,6 +274,39 @@ def test_clean_pod_policy(
         assert bool(jobs.objects("jobs.batch", "horovod.ai/job-name=clean")) is launcher_left
 
 
+def test_finished_workers_go_in_one_request_and_no_other_pod_with_them(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    # A pod with the job's labels but not its UID (someone's copy): the collection
+    # delete's selector must not take it.
+    bystander = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "bystander",
+            "labels": {
+                "horovod.ai/job-name": "sweep",
+                "horovod.ai/role": "worker",
+                "app.kubernetes.io/managed-by": "horovod-operator",
+            },
+        },
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+    cluster.apply(bystander, namespace)
+    jobs.apply(hvjob("sweep", replicas=3))
+    launcher = jobs.wait_running("sweep")
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    jobs.wait_phase("sweep", "Succeeded")
+    jobs.op.wait(
+        lambda: [p["metadata"]["name"] for p in jobs.pods("sweep")] == ["bystander"],
+        20,
+        "the three workers deleted",
+    )
+    assert jobs.op.requests("DELETECOLLECTION", "Pod") == 1
+    assert jobs.op.requests("DELETE", "Pod") == 0
+    jobs.op.stays(lambda: cluster.exists("pod", "bystander", namespace), 1.0, "bystander kept")
+
+
 def test_ttl_after_finished_deletes_the_job(
     jobs: Jobs, namespace: str, cluster: KubeCluster
 ) -> None:
