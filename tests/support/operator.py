@@ -56,6 +56,10 @@ class Operator(OperatorProcess):
                 total += int(float(line.rsplit(" ", 1)[1]))
         return total
 
+    def pod_deletes(self) -> int:
+        """Requests that delete pods: one by one, or several in one collection delete."""
+        return self.requests("DELETE", "Pod") + self.requests("DELETECOLLECTION", "Pod")
+
     def _log_section(self) -> str:
         return f"--- operator log ---\n{self.log_tail()}"
 

@@ -269,7 +269,7 @@ def test_clean_pod_policy(
     else:
         # The Succeeded Event is posted just before cleanup's deletes would be sent.
         jobs.op.wait(lambda: "LauncherSucceeded" in [e["reason"] for e in jobs.events("clean")])
-        jobs.op.stays(lambda: jobs.op.requests("DELETE", "Pod") == 0, 1.0, "no pod deleted")
+        jobs.op.stays(lambda: jobs.op.pod_deletes() == 0, 1.0, "no pod deleted")
         assert len(jobs.pods("clean")) == workers_left
         assert bool(jobs.objects("jobs.batch", "horovod.ai/job-name=clean")) is launcher_left
 

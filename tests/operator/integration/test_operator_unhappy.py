@@ -337,7 +337,7 @@ def test_an_invalid_edit_of_a_running_job_is_rejected_and_it_runs_on(
         1.0,
         "the running pods untouched",
     )
-    assert jobs.op.requests("DELETE", "Pod") == 0
+    assert jobs.op.pod_deletes() == 0
     # The job runs to its end on the spec it accepted.
     cluster.set_pod_phase(namespace, launcher, "Succeeded")
     jobs.wait_phase("edited", "Succeeded")
