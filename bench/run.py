@@ -823,7 +823,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--qps", type=float, default=50.0, help="client QPS of both [%(default)s]")
     parser.add_argument("--burst", type=int, default=100, help="client burst of both [%(default)s]")
     parser.add_argument("--sizes", default="8,64,512", help="worker counts [%(default)s]")
-    parser.add_argument("--repeats", type=int, default=5, help="runs of the 8-worker job")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=8,
+        help="runs of the 8-worker job; half that at 64 [%(default)s]",
+    )
     parser.add_argument(
         "--repeats-large", type=int, default=2, help="runs of jobs over 64 workers [%(default)s]"
     )
