@@ -66,8 +66,10 @@ def count_requests(
             other[key] += 1
         elif ref.get("namespace") in ns_set and ref.get("name") and event.get("verb") != "watch":
             namespaced[key] += 1
-        elif ref.get("namespace") in ns_set and event.get("verb") == "create":
-            namespaced[key] += 1  # generateName creates (Events) have no name yet
+        elif ref.get("namespace") in ns_set and event.get("verb") in ("create", "deletecollection"):
+            # generateName creates (Events) have no name yet; a collection delete (a
+            # finished job's workers) names none.
+            namespaced[key] += 1
         else:
             other[key] += 1
     return {"namespaced": namespaced, "other": other}

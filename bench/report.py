@@ -244,7 +244,12 @@ def plots(res: Mapping[str, Any], out: Path, prefix: str = "") -> list[Path]:
         "mpi": "tab:blue",
         "mpi-defaults": "tab:gray",
         "trainer": "tab:orange",
+        "baseline": "tab:brown",
+        "baseline-ordered": "tab:red",
+        "baseline-unlimited": "tab:cyan",
     }
+    # The minimal clients are limits, not peers: dashed.
+    styles = {k: "--" for k in ("baseline", "baseline-ordered", "baseline-unlimited")}
     written: list[Path] = []
     single = res.get("single") or {}
     if single:
@@ -272,6 +277,7 @@ def plots(res: Mapping[str, Any], out: Path, prefix: str = "") -> list[Path]:
                         capsize=3,
                         label=LABELS.get(o, o),
                         color=colors.get(o),
+                        linestyle=styles.get(o, "-"),
                     )
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")

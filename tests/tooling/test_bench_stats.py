@@ -59,6 +59,7 @@ def test_count_requests_by_agent_namespace_and_verb() -> None:
             "3", "horovod-operator", "patch", "horovodjobs", "ns1", name="j", subresource="status"
         ),
         _event("4", "horovod-operator", "create", "events", "ns1"),  # generateName: no name
+        _event("8", "horovod-operator", "deletecollection", "pods", "ns1"),  # names none
         _event("5", "kopf/1.45.2", "watch", "pods", "ns1"),
         _event("6", "mpi-operator/v0.0.0", "create", "pods", "ns1", name="x"),
         _event("7", "horovod-operator", "create", "pods", "other", name="y"),
@@ -66,7 +67,12 @@ def test_count_requests_by_agent_namespace_and_verb() -> None:
     ]
     counts = audit.count_requests(lines, ("horovod-operator", "kopf/"), ["ns1"])
     assert counts["namespaced"] == Counter(
-        {"create pods": 2, "patch horovodjobs/status": 1, "create events": 1}
+        {
+            "create pods": 2,
+            "patch horovodjobs/status": 1,
+            "create events": 1,
+            "deletecollection pods": 1,
+        }
     )
     assert counts["other"] == Counter({"watch pods": 1})
 
