@@ -301,7 +301,10 @@ class RunPolicy(_Model):
     )
     clean_pod_policy: Literal["None", "Running", "All"] = Field(
         default="Running",
-        description="Pods deleted when the job finishes: none, those still running, or all (the workers in one collection delete).",
+        description=(
+            "Pods deleted when the job finishes: none, those still running, or all "
+            "(the workers in one collection delete)."
+        ),
     )
     launcher_creation_policy: Literal["WaitForWorkersReady", "AtStartup"] = Field(
         default="WaitForWorkersReady",
