@@ -197,5 +197,26 @@ def hvjob(name: str, replicas: int = 2, **spec: Any) -> dict[str, Any]:
     }
 
 
+def hand_labelled_worker(
+    name: str, job: str, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A bare pod someone made with a job's worker labels (and `labels`), owned by
+    no job: the operator must neither count it nor delete it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "horovod.ai/job-name": job,
+                "horovod.ai/role": "worker",
+                "app.kubernetes.io/managed-by": "horovod-operator",
+                **(labels or {}),
+            },
+        },
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+    }
+
+
 def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions", []) if c["type"] == type_)

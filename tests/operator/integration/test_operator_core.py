@@ -19,7 +19,14 @@ import yaml
 
 from localcluster.paths import REPO
 from tests.support.cluster import KubeCluster
-from tests.support.operator import NO_CHILDREN, Jobs, Operator, condition, hvjob
+from tests.support.operator import (
+    NO_CHILDREN,
+    Jobs,
+    Operator,
+    condition,
+    hand_labelled_worker,
+    hvjob,
+)
 
 # --- behaviour ----------------------------------------------------------------------------
 
@@ -279,19 +286,7 @@ def test_finished_workers_go_in_one_request_and_no_other_pod_with_them(
 ) -> None:
     # A pod with the job's labels but not its UID (someone's copy): the collection
     # delete's selector must not take it.
-    bystander = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "bystander",
-            "labels": {
-                "horovod.ai/job-name": "sweep",
-                "horovod.ai/role": "worker",
-                "app.kubernetes.io/managed-by": "horovod-operator",
-            },
-        },
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
+    bystander = hand_labelled_worker("bystander", "sweep")
     cluster.apply(bystander, namespace)
     jobs.apply(hvjob("sweep", replicas=3))
     launcher = jobs.wait_running("sweep")

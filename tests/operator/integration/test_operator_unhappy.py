@@ -19,7 +19,7 @@ import yaml
 from horovod_operator.api import MAX_SECONDS
 from localcluster.paths import REPO
 from tests.support.cluster import KubeCluster
-from tests.support.operator import Jobs, hvjob
+from tests.support.operator import Jobs, hand_labelled_worker, hvjob
 
 
 def owner_uids(items: list[dict[str, Any]]) -> set[str]:
@@ -107,20 +107,7 @@ def test_a_foreign_object_in_the_way_is_reported_and_left_alone(
 def test_hand_labelled_pods_are_not_counted_as_workers(
     jobs: Jobs, namespace: str, cluster: KubeCluster
 ) -> None:
-    impostor = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "impostor",
-            "labels": {
-                "horovod.ai/job-name": "count",
-                "horovod.ai/role": "worker",
-                "horovod.ai/attempt": "0",
-                "app.kubernetes.io/managed-by": "horovod-operator",
-            },
-        },
-        "spec": {"containers": [{"name": "c", "image": "x"}]},
-    }
+    impostor = hand_labelled_worker("impostor", "count", {"horovod.ai/attempt": "0"})
     cluster.apply(impostor, namespace)
     jobs.apply(
         hvjob("count", replicas=1, worker={"template": {"spec": {"nodeSelector": {"no": "where"}}}})
