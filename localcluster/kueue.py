@@ -94,8 +94,16 @@ def crd_files() -> list[Path]:
     return sorted((module_root() / "config/components/crd/bases").glob("*.yaml"))
 
 
-def configuration(health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path) -> Any:
-    """Kueue's Configuration: the module's template, set up to run as a local process."""
+def configuration(
+    health_port: int,
+    metrics_port: int,
+    webhook_port: int,
+    cert_dir: Path,
+    wait_for_pods_ready: dict[str, Any] | None = None,
+) -> Any:
+    """Kueue's Configuration: the module's template, set up to run as a local process.
+    `wait_for_pods_ready`: its waitForPodsReady section (Kueue v0.19 turns it on by
+    default; v0.17's template leaves it off)."""
     template = module_root() / "config/components/manager/controller_manager_config.yaml"
     config = yaml.safe_load(template.read_text())
     config["namespace"] = NAMESPACE
@@ -106,6 +114,8 @@ def configuration(health_port: int, metrics_port: int, webhook_port: int, cert_d
     config["internalCertManagement"] = {"enable": False}
     integrations = config.setdefault("integrations", {})
     integrations["externalFrameworks"] = [HOROVOD_FRAMEWORK]
+    if wait_for_pods_ready is not None:
+        config["waitForPodsReady"] = wait_for_pods_ready
     return config
 
 
@@ -145,8 +155,15 @@ class KueueProcess:
     """Kueue's controller manager and webhook server against one cluster."""
 
     def __init__(
-        self, kubeconfig: Path, kubectl: Kubectl, pki: Path, state: Path, log_path: Path
+        self,
+        kubeconfig: Path,
+        kubectl: Kubectl,
+        pki: Path,
+        state: Path,
+        log_path: Path,
+        wait_for_pods_ready: dict[str, Any] | None = None,
     ) -> None:
+        self.wait_for_pods_ready = wait_for_pods_ready
         self.kubeconfig = kubeconfig
         self.kubectl = kubectl
         self.pki = pki
@@ -225,7 +242,9 @@ class KueueProcess:
     def _write_config(self) -> Path:
         certs = self.state / "webhook-certs"
         make_serving_cert(certs, self.pki / "ca.crt", self.pki / "ca.key")
-        config = configuration(self.health_port, self.metrics_port, self.webhook_port, certs)
+        config = configuration(
+            self.health_port, self.metrics_port, self.webhook_port, certs, self.wait_for_pods_ready
+        )
         path = self.state / "controller_manager_config.yaml"
         path.write_text(yaml.safe_dump(config))
         return path

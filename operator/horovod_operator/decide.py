@@ -148,6 +148,10 @@ def decide(seen: Observation) -> Plan:
         _finish(plan, job, status, seen)
         if seen.kueue_api:
             plan.workload_status = queueing.finished_patch(seen.children, status, seen.now)
+    if queue is not None and plan.workload_status is None and status.phase not in TERMINAL_PHASES:
+        plan.workload_status = queueing.pods_ready_patch(
+            seen.children.workload, queueing.pods_started(job, status), seen.now
+        )
     plan.events = _events(previous, status) + lost[1]
     _requeue_for_timers(plan, job, status, seen.now)
     if queue is not None and queue.requeue_after is not None:

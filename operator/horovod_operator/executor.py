@@ -395,12 +395,7 @@ class Executor:
             if error.conflict:
                 return True
             raise
-        logger.info(
-            "workload %s/%s: %s",
-            namespace,
-            patch.name,
-            "admission cleared, queued again" if patch.clear_admission else "Finished",
-        )
+        logger.info("workload %s/%s: %s", namespace, patch.name, patch.summary)
         return False
 
     async def _post_event(self, body: Obj, event: Event) -> None:

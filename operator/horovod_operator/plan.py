@@ -92,6 +92,7 @@ class WorkloadStatusPatch:
     resource_version: str
     conditions: list[dict[str, Any]]
     clear_admission: bool = False
+    summary: str = ""  # for the log: what the write says
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,18 @@ ADMITTED: Final = "Admitted"
 EVICTED: Final = "Evicted"
 FINISHED: Final = "Finished"
 REQUEUED: Final = "Requeued"
+PODS_READY: Final = "PodsReady"
+# PodsReady reasons, as Kueue's job framework writes them (generatePodsReadyCondition).
+WAIT_FOR_START: Final = "WaitForStart"
+WAIT_FOR_RECOVERY: Final = "WaitForRecovery"
+STARTED: Final = "Started"
+RECOVERED: Final = "Recovered"
+_PODS_READY_MESSAGES: Final = {
+    WAIT_FOR_START: "Not every worker pod is Ready, or the launcher is not running yet",
+    WAIT_FOR_RECOVERY: "An attempt of the job failed; waiting for the next attempt's pods",
+    STARTED: "Every worker pod is Ready and the launcher is running",
+    RECOVERED: "The job started again after a failed attempt: every worker pod is Ready",
+}
 # Evictions after which Kueue's job framework marks the Workload Requeued=True.
 _REQUEUED_EVICTIONS: Final = frozenset({"Preempted", "NodeFailures"})
 # How soon to look again for a priority class or flavor that was not there.
@@ -147,6 +159,22 @@ def _queued_message(workload: Obj, queue: str) -> str:
         detail = "quota reserved; waiting for its admission checks"
     else:
         detail = str(reserved.get("message") or reserved.get("reason") or "pending")
+    status = workload.get("status") or {}
+    requeue = status.get("requeueState") or {}
+    if (workload.get("spec") or {}).get("active") is False:
+        # waitForPodsReady's requeuingBackoffLimitCount reached, or an admin's doing.
+        requeued = workload_condition(workload, REQUEUED) or {}
+        why = requeued.get("message") or requeued.get("reason") or "spec.active is false"
+        detail = (
+            f"Kueue deactivated it ({why}) and does not admit it again until its "
+            f"spec.active is true (kubectl patch workload {name} --type=merge "
+            f'-p \'{{"spec":{{"active":true}}}}\'), or the HorovodJob is deleted'
+        )
+    elif requeue.get("requeueAt"):
+        detail += (
+            f"; Kueue queues it again after its backoff, at {requeue['requeueAt']} "
+            f"(eviction {requeue.get('count') or 1})"
+        )
     return f"Workload {name} waits in queue {queue} for Kueue to admit it: {detail}"
 
 
@@ -263,11 +291,23 @@ def _requeue_patch(workload: Obj, evicted: Mapping[str, Any], now: datetime) -> 
         now,
         generation,
     )
+    if workload_condition(workload, PODS_READY) is not None:
+        # Not admitted any more: the next admission waits for its pods from the start.
+        conditions = set_workload_condition(
+            conditions,
+            PODS_READY,
+            False,
+            WAIT_FOR_START,
+            _PODS_READY_MESSAGES[WAIT_FOR_START],
+            now,
+            generation,
+        )
     return WorkloadStatusPatch(
         name=name_of(workload),
         resource_version=str(metadata_of(workload).get("resourceVersion") or ""),
         conditions=conditions,
         clear_admission=True,
+        summary="admission cleared, queued again",
     )
 
 
@@ -288,4 +328,70 @@ def finished_patch(
         name=name_of(workload),
         resource_version=str(metadata_of(workload).get("resourceVersion") or ""),
         conditions=conditions,
+        summary=f"Finished ({reason})",
+    )
+
+
+# --- PodsReady: what Kueue's waitForPodsReady reads ----------------------------------------
+
+
+def pods_started(job: HorovodJob, status: HorovodJobStatus) -> bool:
+    """Kueue's "pods ready" for a HorovodJob: the attempt runs (the launcher is
+    running, or for gloo its rendezvous is over) and every worker pod is Ready or
+    done; an elastic job needs minReplicas of them, the size it can train at."""
+    workers = status.workers
+    if status.phase != "Running" or workers is None or workers.replicas <= 0:
+        return False
+    elastic = job.spec.elastic
+    needed = elastic.min_replicas if elastic is not None else workers.replicas
+    return workers.ready + workers.succeeded >= needed
+
+
+def pods_ready_condition(workload: Obj, started: bool) -> tuple[bool, str]:
+    """The Workload's PodsReady (status, reason) as Kueue's job framework derives it
+    for the jobs it runs itself: WaitForStart until the admitted job first starts,
+    Started then, WaitForRecovery once a started job stops being ready (a failed
+    attempt restarting), Recovered when it is ready again. Kueue's waitForPodsReady
+    times WaitForStart from the admission and WaitForRecovery from this condition's
+    transition (its recoveryTimeout)."""
+    current = workload_condition(workload, PODS_READY)
+    reason = str((current or {}).get("reason") or "")
+    if not workload_true(workload, ADMITTED):
+        return False, WAIT_FOR_START
+    if started:
+        return True, RECOVERED if reason in (WAIT_FOR_RECOVERY, RECOVERED) else STARTED
+    if current is None:
+        return False, WAIT_FOR_START
+    if current.get("status") == "True" or reason == WAIT_FOR_RECOVERY:
+        return False, WAIT_FOR_RECOVERY
+    return False, WAIT_FOR_START
+
+
+def pods_ready_patch(
+    workload: Obj | None, started: bool, now: datetime
+) -> WorkloadStatusPatch | None:
+    """The PodsReady write this Workload needs, or None when it says so already
+    (written once per change: Kueue compares status and reason, so do we)."""
+    if workload is None or workload_finished(workload) or workload_true(workload, EVICTED):
+        return None  # an evicted Workload's conditions are written with its requeue
+    current = workload_condition(workload, PODS_READY) or {}
+    if not current and not workload_true(workload, ADMITTED):
+        return None  # queued: nothing to time yet, and no write to spend
+    ready, reason = pods_ready_condition(workload, started)
+    if current.get("status") == ("True" if ready else "False") and current.get("reason") == reason:
+        return None
+    conditions = set_workload_condition(
+        _conditions(workload),
+        PODS_READY,
+        ready,
+        reason,
+        _PODS_READY_MESSAGES[reason],
+        now,
+        _generation(workload),
+    )
+    return WorkloadStatusPatch(
+        name=name_of(workload),
+        resource_version=str(metadata_of(workload).get("resourceVersion") or ""),
+        conditions=conditions,
+        summary=f"PodsReady {ready} ({reason})",
     )

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from horovod_operator.api import MAX_SECONDS, HorovodJobStatus, parse_job
+from horovod_operator import queueing
+from horovod_operator.api import MAX_SECONDS, HorovodJobStatus, parse_job, parse_status
 from horovod_operator.builders import new_config_map
 from horovod_operator.children import sort_children
 from horovod_operator.decide import decide
@@ -1198,6 +1199,121 @@ def test_a_finished_workload_is_finished_once() -> None:
     succeeded = {**RUNNING, "phase": "Succeeded", "completionTime": NOW_S}
     plan = kueue(body(succeeded, scheduling=QUEUE), [], wl=done)
     assert plan.workload_status is None
+
+
+# --- Kueue's PodsReady: what waitForPodsReady times ----------------------------------------
+
+
+def pods_ready(plan: Plan) -> tuple[str, str] | None:
+    """The PodsReady (status, reason) the plan writes to the Workload, or None."""
+    patch = plan.workload_status
+    if patch is None:
+        return None
+    found = next((c for c in patch.conditions if c["type"] == "PodsReady"), None)
+    return None if found is None else (found["status"], found["reason"])
+
+
+STARTING = {**RUNNING, "phase": "Starting", "launcher": None}
+
+
+def test_an_admitted_job_whose_pods_are_not_ready_says_wait_for_start() -> None:
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    plan = kueue(body(STARTING, scheduling=QUEUE), [worker(0), worker(1, ready=False)], wl=admitted)
+    assert pods_ready(plan) == ("False", "WaitForStart")
+    assert plan.workload_status is not None and not plan.workload_status.clear_admission
+    # Written once: the same state again writes nothing.
+    waiting = workload(*ADMITTED_WL, ("PodsReady", "False", "WaitForStart"), admitted_to="a100")
+    plan = kueue(body(STARTING, scheduling=QUEUE), [worker(0), worker(1, ready=False)], wl=waiting)
+    assert plan.workload_status is None
+
+
+def test_a_queued_job_writes_no_pods_ready() -> None:
+    pending = workload(("QuotaReserved", "False", "Pending"))
+    assert kueue(body(SUSPENDED, scheduling=QUEUE), wl=pending).workload_status is None
+
+
+def test_every_worker_ready_and_the_launcher_running_is_started() -> None:
+    waiting = workload(*ADMITTED_WL, ("PodsReady", "False", "WaitForStart"), admitted_to="a100")
+    plan = kueue(body(RUNNING, scheduling=QUEUE), ALL_UP, ljob=launcher_job(), wl=waiting)
+    assert stored(plan)["phase"] == "Running"
+    assert pods_ready(plan) == ("True", "Started")
+    ready = next(c for c in plan.workload_status.conditions if c["type"] == "PodsReady")  # type: ignore[union-attr]
+    assert ready["lastTransitionTime"] == NOW_S
+    started = workload(*ADMITTED_WL, ("PodsReady", "True", "Started"), admitted_to="a100")
+    plan = kueue(body(RUNNING, scheduling=QUEUE), ALL_UP, ljob=launcher_job(), wl=started)
+    assert plan.workload_status is None
+
+
+def test_a_launcher_running_before_its_workers_are_ready_is_not_started() -> None:
+    # launcherCreationPolicy AtStartup: the launcher runs while a worker is not Ready.
+    waiting = workload(*ADMITTED_WL, ("PodsReady", "False", "WaitForStart"), admitted_to="a100")
+    pods = [worker(0), worker(1, ready=False), launcher_pod()]
+    plan = kueue(body(RUNNING, scheduling=QUEUE), pods, ljob=launcher_job(), wl=waiting)
+    assert plan.workload_status is None
+
+
+def test_a_failed_attempt_waits_for_recovery_and_then_recovers() -> None:
+    started = workload(*ADMITTED_WL, ("PodsReady", "True", "Started"), admitted_to="a100")
+    failed = [worker(0, phase="Failed", ready=False), worker(1), launcher_pod()]
+    plan = kueue(body(RUNNING, scheduling=QUEUE), failed, ljob=launcher_job(), wl=started)
+    assert stored(plan)["phase"] == "Restarting"
+    assert pods_ready(plan) == ("False", "WaitForRecovery")
+    # The next attempt is Pending: still recovering (Kueue's recoveryTimeout runs).
+    recovering = workload(
+        *ADMITTED_WL, ("PodsReady", "False", "WaitForRecovery"), admitted_to="a100"
+    )
+    pending = {**STARTING, "phase": "Pending", "restarts": 1}
+    plan = kueue(body(pending, scheduling=QUEUE), [], wl=recovering, flavors={"a100": A100})
+    assert plan.workload_status is None
+    # Up again: Recovered, as Kueue's job framework says it.
+    running = {**RUNNING, "restarts": 1}
+    pods = [worker(0, attempt=1), worker(1, attempt=1), launcher_pod()]
+    for pod in pods:
+        pod["metadata"]["labels"]["horovod.ai/attempt"] = "1"
+    plan = kueue(body(running, scheduling=QUEUE), pods, ljob=launcher_job(attempt=1), wl=recovering)
+    assert stored(plan)["phase"] == "Running"
+    assert pods_ready(plan) == ("True", "Recovered")
+
+
+def test_a_requeued_workload_waits_for_start_again() -> None:
+    evicted = workload(
+        *ADMITTED_WL,
+        ("PodsReady", "False", "WaitForStart"),
+        ("Evicted", "True", "PodsReadyTimeout"),
+        admitted_to="a100",
+    )
+    was_evicted = {**SUSPENDED, "reason": "EvictedByKueue", "restarts": 1, "uncountedRestarts": 1}
+    plan = kueue(body(was_evicted, scheduling=QUEUE), [], wl=evicted)
+    assert plan.workload_status is not None and plan.workload_status.clear_admission
+    assert pods_ready(plan) == ("False", "WaitForStart")
+    by_type = {c["type"]: (c["status"], c["reason"]) for c in plan.workload_status.conditions}
+    # Not a preemption: Kueue's own backoff decides when it queues again.
+    assert by_type["Requeued"] == ("False", "PodsReadyTimeout")
+
+
+def test_a_job_in_kueues_backoff_says_until_when() -> None:
+    requeued = workload(
+        ("QuotaReserved", "False", "Pending"), ("Requeued", "False", "PodsReadyTimeout")
+    )
+    requeued["status"]["requeueState"] = {"count": 2, "requeueAt": "2026-01-01T00:05:00Z"}
+    plan = kueue(body(SUSPENDED, scheduling=QUEUE), wl=requeued)
+    assert stored(plan)["message"] == (
+        "Workload hvjob-j-0 waits in queue gpus for Kueue to admit it: Pending message; "
+        "Kueue queues it again after its backoff, at 2026-01-01T00:05:00Z (eviction 2)"
+    )
+    requeued["spec"]["active"] = False
+    message = stored(kueue(body(SUSPENDED, scheduling=QUEUE), wl=requeued))["message"]
+    assert "Kueue deactivated it (PodsReadyTimeout message)" in message
+    assert "kubectl patch workload hvjob-j-0" in message
+
+
+def test_an_elastic_job_is_started_at_min_replicas() -> None:
+    # (Elastic jobs cannot be queued yet; the rule is ready for when they can.)
+    job = parse_job(body(launchMode="gloo", elastic={"minReplicas": 1, "maxReplicas": 3}))
+    status = parse_status({**RUNNING, "workers": {"replicas": 3, "ready": 1}})
+    assert status is not None and queueing.pods_started(job, status)
+    status.workers.ready = 0  # type: ignore[union-attr]
+    assert not queueing.pods_started(job, status)
 
 
 def test_a_workload_priority_class_is_the_workloads_not_the_pods() -> None:

@@ -1,0 +1,132 @@
+"""Kueue for the integration tests: the real process, a GPU queue on kwok nodes of
+the test's own, and the reads the tests make of a job's Workload."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from localcluster.kueue import KueueProcess
+from tests.support.cluster import KubeCluster
+from tests.support.operator import hvjob
+
+POOL_LABEL = "horovod.ai/test-pool"
+WORKLOADS = "workloads.kueue.x-k8s.io"
+
+
+@contextmanager
+def kueue_process(
+    cluster: KubeCluster, name: str = "kueue", wait_for_pods_ready: dict[str, Any] | None = None
+) -> Iterator[KueueProcess]:
+    """Kueue with its CRDs and webhooks (started before the operator of each test, so
+    that it detects the Workload API). Its webhooks go before it stops, and its CRDs
+    after, so later tests see a cluster without it."""
+    process = KueueProcess(
+        cluster.kubeconfig,
+        cluster.kubectl,
+        cluster.layout.pki,
+        cluster.layout.root / name,
+        cluster.logs_dir / f"{name}.log",
+        wait_for_pods_ready=wait_for_pods_ready,
+    )
+    try:
+        seconds = process.start()
+        print(f"Kueue (pid {process.pid}) ready with its webhooks in {seconds:.1f}s")
+        yield process
+    finally:
+        print(f"--- Kueue log ---\n{process.tail(40)}")
+        process.stop()
+        process.uninstall_crds()
+
+
+@contextmanager
+def gpu_queue(cluster: KubeCluster, namespace: str, gpus: int = 8) -> Iterator[str]:
+    """A LocalQueue `gpus` in the test's namespace, of a ClusterQueue with `gpus` GPUs
+    of one ResourceFlavor whose nodes are two tainted kwok nodes of 8 GPUs that only
+    this test's flavor leads to (16 GPUs there: the quota, not the nodes, limits)."""
+    nodes = cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:40]}-")
+    flavor = cluster_queue = namespace
+    try:
+        for node in nodes:
+            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}")
+            cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
+        cluster.wait_nodes_ready()
+        toleration = {
+            "key": POOL_LABEL,
+            "operator": "Equal",
+            "value": namespace,
+            "effect": "NoSchedule",
+        }
+        quota = {"name": "nvidia.com/gpu", "nominalQuota": gpus}
+        for obj in (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": flavor},
+                "spec": {"nodeLabels": {POOL_LABEL: namespace}, "tolerations": [toleration]},
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": cluster_queue},
+                "spec": {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                    "preemption": {"withinClusterQueue": "LowerPriority"},
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["nvidia.com/gpu"],
+                            "flavors": [{"name": flavor, "resources": [quota]}],
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": "gpus", "namespace": namespace},
+                "spec": {"clusterQueue": cluster_queue},
+            },
+        ):
+            cluster.apply(obj)
+        yield "gpus"
+    finally:
+        cluster.kubectl(
+            "delete", "localqueue", "gpus", "-n", namespace, "--wait=false", check=False
+        )
+        cluster.kubectl("delete", "clusterqueue", cluster_queue, "--wait=false", check=False)
+        cluster.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
+        cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+
+
+def queued_job(name: str, gpus: int, queue: str, priority: str | None = None) -> dict[str, Any]:
+    """Two workers of `gpus` GPUs each, in `queue`."""
+    scheduling: dict[str, Any] = {"queue": queue}
+    if priority:
+        scheduling["priorityClassName"] = priority
+    manifest = hvjob(name, replicas=2, scheduling=scheduling)
+    manifest["spec"]["worker"]["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    return manifest
+
+
+def workload_of(cluster: KubeCluster, namespace: str, job: str) -> dict[str, Any]:
+    """The job's Workload, read through the API (what `kubectl get workloads` lists)."""
+    items = cluster.get(WORKLOADS, namespace=namespace, selector=f"horovod.ai/job-name={job}")
+    assert len(items["items"]) == 1, items
+    found: dict[str, Any] = items["items"][0]
+    return found
+
+
+def workload_condition(workload: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for condition in workload.get("status", {}).get("conditions", []):
+        if condition["type"] == type_:
+            found: dict[str, Any] = condition
+            return found
+    return None
+
+
+def workload_true(workload: dict[str, Any], type_: str) -> bool:
+    condition = workload_condition(workload, type_)
+    return condition is not None and condition["status"] == "True"
