@@ -82,13 +82,14 @@ bundle() {
     cp -a "$top/bin" "$top/include" "$kit/"
     cp -a "$top/nvvm/bin" "$top/nvvm/libdevice" "$kit/nvvm/"
     tar -C "$scratch" -cJf "$dir/cuda-$cuda.tar.xz" "cuda-$cuda"
-    "$python" -m pip download -q --no-deps --only-binary=:all: -d "$dir/wheels" cloudpickle packaging
-    # psutil and PyYAML are compiled: one wheel per Python the GPU machine may have.
+    "$python" -m pip download -q --no-deps --only-binary=:all: -d "$dir/wheels" cloudpickle packaging pycparser
+    # psutil, PyYAML and cffi (Horovod's setup_requires: without its wheel the offline
+    # build stops before compiling) are compiled: one wheel per Python the GPU machine may have.
     local py
     for py in 3.10 3.11 3.12 3.13; do
         "$python" -m pip download -q --no-deps --only-binary=:all: -d "$dir/wheels" \
             --python-version "$py" --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-            psutil pyyaml
+            psutil pyyaml cffi
     done
     say "bundle ready in $dir ($(du -sh "$dir" | cut -f1)): carry it with the repository"
 }
@@ -103,7 +104,7 @@ OUT_DIR="${OUT:-$ROOT/.work/gpu-check/out}"
 PYTHON="python3"
 BUNDLE="$ROOT/.work/gpu-check/bundle"
 NP=""
-CC=""
+CUDA_CC=""  # not CC: an exported CC (the C compiler) would take its value
 EPOCHS=3
 BUILD_ONLY=0
 while (($#)); do
@@ -112,7 +113,7 @@ while (($#)); do
         --python) PYTHON="${2:?--python needs a path}"; shift 2 ;;
         --bundle) BUNDLE="${2:?--bundle needs a folder}"; shift 2 ;;
         --np) NP="${2:?--np needs a number}"; shift 2 ;;
-        --cc) CC="${2:?--cc needs a list}"; shift 2 ;;
+        --cc) CUDA_CC="${2:?--cc needs a list}"; shift 2 ;;
         --epochs) EPOCHS="${2:?--epochs needs a number}"; shift 2 ;;
         --build-only) BUILD_ONLY=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -120,7 +121,7 @@ while (($#)); do
     esac
 done
 [[ -z "$NP" || "$NP" =~ ^[1-9][0-9]*$ ]] || die "--np '$NP' is not a positive number"
-[[ -z "$CC" || "$CC" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--cc '$CC' is not a list like 90 or 80,90"
+[[ -z "$CUDA_CC" || "$CUDA_CC" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--cc '$CUDA_CC' is not a list like 90 or 80,90"
 [[ "$EPOCHS" =~ ^[1-9][0-9]*$ ]] || die "--epochs '$EPOCHS' is not a positive number"
 command -v "$PYTHON" >/dev/null || die "no Python '$PYTHON' (pass --python)"
 
@@ -146,8 +147,8 @@ cat "$OUT_DIR/machine.json"
 read -r GPUS FIRST_CC TORCH_CUDA < <("$PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["gpus"], (m["capabilities"] or ["none"])[0], m["cuda"])' "$OUT_DIR/machine.json")
 NP="${NP:-$GPUS}"
 ((NP <= GPUS || BUILD_ONLY)) || die "--np $NP but torch sees $GPUS GPU(s)"
-[[ -n "$CC" || "$FIRST_CC" != none ]] || die "no GPU to take the compute capability from: pass --cc"
-CC="${CC:-$FIRST_CC}"
+[[ -n "$CUDA_CC" || "$FIRST_CC" != none ]] || die "no GPU to take the compute capability from: pass --cc"
+CUDA_CC="${CUDA_CC:-$FIRST_CC}"
 
 # ---- 1. build ----------------------------------------------------------------------------
 WORK="$OUT_DIR/work"
@@ -158,19 +159,28 @@ mkdir -p "$WORK/wheels/sdist"
 # wheels) through a .pth file: Horovod goes into it, not into the machine's
 # Python. (--system-site-packages would not do when that Python is a venv.)
 "$PYTHON" -m venv "$VENV"
-"$PYTHON" -c 'import site, sys; print("\n".join(p for p in site.getsitepackages() if p))' \
+# site.addsitedir, not a bare path: it also runs that folder's own .pth files
+# (setuptools' distutils shim, which Horovod's CMake needs on Python 3.12+).
+"$PYTHON" -c 'import site; print("\n".join(f"import site; site.addsitedir({p!r})" for p in site.getsitepackages() if p))' \
     >"$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpu-check-base.pth"
+# Python.h where the machine's Python keeps it (Horovod's CMake may not find it).
+py_include="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+if [[ -f "$py_include/Python.h" ]]; then
+    export CPLUS_INCLUDE_PATH="$py_include${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}"
+else
+    say "no Python.h under $py_include: Horovod's torch extension needs the Python headers (python3-dev)"
+fi
 if [[ -d "$BUNDLE/wheels" ]]; then
     export PIP_NO_INDEX=1 PIP_FIND_LINKS="$BUNDLE/wheels"
     say "installing offline from $BUNDLE/wheels"
 fi
 cp "$BUNDLE"/horovod-*.tar.gz "$WORK/wheels/sdist/" 2>/dev/null ||
     say "no sdist in $BUNDLE: hack/install-worker.sh will try to download it"
-"$VENV/bin/python" -m pip install -q cloudpickle psutil pyyaml packaging >"$OUT_DIR/pip.log" 2>&1 ||
+"$VENV/bin/python" -m pip install -q cloudpickle psutil pyyaml packaging cffi >"$OUT_DIR/pip.log" 2>&1 ||
     say "could not install Horovod's dependencies (see pip.log); the build may still work"
 
 build_args=(--python "$VENV/bin/python" --frameworks pytorch --skip-frameworks --cuda-from-wheels
-    --without-mpi --cuda-cc-list "$CC" --no-cache)
+    --without-mpi --cuda-cc-list "$CUDA_CC" --no-cache)
 toolkit=""
 if compgen -G "$BUNDLE/cuda-*.tar.xz" >/dev/null; then
     # The bundle's nvcc (a toolkit folder made from PyPI's wheels): used unless the
@@ -190,13 +200,20 @@ fi
 [[ -n "$toolkit" ]] && build_args+=(--cuda-compiler "$toolkit")
 say "building Horovod: hack/install-worker.sh ${build_args[*]}"
 export HOROVOD_WHEEL_CACHE="$WORK/wheels"
+# CMake 4 (pip's cmake, as on the H200 machine) refuses Gloo's cmake_minimum_required(2.8);
+# CMake 3.x ignores this.
+export CMAKE_POLICY_VERSION_MINIMUM="${CMAKE_POLICY_VERSION_MINIMUM:-3.5}"
+# GCC 13 (the H200 machine's) no longer pulls <string> and <stdexcept> in through other
+# headers, and Horovod 0.28.1's group_table.h and common.h rely on it; the images'
+# Debian GCC 12 does. Force-included here rather than in the images' patch.
+export CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }-include string -include stdexcept"
 "$ROOT/hack/install-worker.sh" "${build_args[@]}" --print-env >"$OUT_DIR/build-env.txt" 2>&1 || true
 start=$SECONDS
 rc=0
 "$ROOT/hack/install-worker.sh" "${build_args[@]}" >"$OUT_DIR/build.log" 2>&1 || rc=$?
 build_seconds=$((SECONDS - start))
 cp "${TMPDIR:-/tmp}/horovod-build.log" "$OUT_DIR/horovod-build.log" 2>/dev/null || true
-"$PYTHON" - "$OUT_DIR/build.json" "$rc" "$build_seconds" "$CC" "${toolkit:-pypi}" <<'EOF'
+"$PYTHON" - "$OUT_DIR/build.json" "$rc" "$build_seconds" "$CUDA_CC" "${toolkit:-pypi}" <<'EOF'
 import json, sys
 out, rc, seconds, cc, compiler = sys.argv[1:]
 json.dump({"rc": int(rc), "seconds": int(seconds), "cc_list": cc, "nvcc": compiler}, open(out, "w"))

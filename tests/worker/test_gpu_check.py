@@ -126,6 +126,17 @@ def test_one_gpu_has_no_scaling_numbers(tmp_path: Path) -> None:
     assert summary["probe"]["busbw_gb_per_s"] is None
 
 
+def test_one_gpus_trainer_needs_no_nccl_allreduce_but_its_probe_does(tmp_path: Path) -> None:
+    # As on the H200 (2026-12-04): Horovod's optimizer hooks nothing in a world of one.
+    out = a_run(tmp_path / "out", gpus=1)
+    (out / gpu_check.TRAINER_TIMELINE).write_text("[")
+    summary = gpu_check.summarize(out, 1)
+    assert summary["ok"] is True and summary["trainer"]["nccl_allreduce"] is False
+    (out / gpu_check.PROBE_TIMELINE).write_text("[")
+    failures = gpu_check.summarize(out, 1)["failures"]
+    assert failures == ["no NCCL_ALLREDUCE in the probe's Horovod timeline"]
+
+
 @pytest.mark.parametrize(
     ("probes", "expected"),
     [
