@@ -17,6 +17,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.prerequisites import require_module
+
+# Before the imports below: horovod_worker.elastic_launcher imports Horovod.
+require_module("horovod.runner")
+
 from horovod_worker.elastic_launcher import VERBOSE_ENV
 from localcluster.poll import wait_for
 from tests.e2e.test_gloo import gloo_job, processes

@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import torch
-
 from localcluster.poll import wait_for
 from tests.e2e.test_gloo import describe, gloo_job
 from tests.e2e.test_horovodjob import ACCURACY_BAR, result, wait_finished
 from tests.support.cluster import KubeCluster
 from tests.support.nodeagent import Agent
+from tests.support.prerequisites import require_module
+
+torch = require_module("torch")
 
 CHECKPOINTS = "/checkpoints"
 

@@ -1,6 +1,10 @@
 """What a test needs of the machine: skipped on a developer's, required under CI."""
 
+from __future__ import annotations
+
+import importlib
 import os
+from types import ModuleType
 
 import pytest
 
@@ -11,3 +15,16 @@ def skip_unless_ci(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI must have this: {reason}")
     pytest.skip(reason)
+
+
+def require_module(name: str) -> ModuleType:
+    """The module, for a test module that needs it at import time (torch, horovod):
+    without it (a worker-less bootstrap, SKIP_WORKER=1) the whole module is skipped
+    on a developer's machine, and under CI its collection fails."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        reason = f"{name} is not installed ({error}); hack/bootstrap.sh without SKIP_WORKER=1"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have this: {reason}", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)

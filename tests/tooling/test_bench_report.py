@@ -10,6 +10,7 @@ import pytest
 
 from bench import manifests, report
 from bench.stats import summarize
+from tests.support.prerequisites import require_module
 
 RESULTS = {
     "meta": {
@@ -98,7 +99,7 @@ def test_table_has_every_measure_and_marks_errors() -> None:
 
 
 def test_plots_are_written(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    require_module("matplotlib")
     written = report.plots(RESULTS, tmp_path, prefix="t-")
     assert {p.name for p in written} == {"t-latency-vs-workers.png", "t-burst.png"}
     assert all(p.stat().st_size > 1000 for p in written)

@@ -29,6 +29,7 @@ from horovod_worker.data import (
     write_idx,
 )
 from tests.support.datasets import CLASSES, write_csv, write_image_folder
+from tests.support.prerequisites import require_module
 
 
 def write_mnist(
@@ -80,7 +81,7 @@ def test_corrupt_idx_files_are_rejected(tmp_path: Path) -> None:
 
 
 def test_digits_is_real_bundled_data_with_a_fixed_split() -> None:
-    pytest.importorskip("sklearn")
+    require_module("sklearn")
     first, second = load("digits"), load("digits")
     assert first.x_train.shape[1:] == (8, 8, 1)
     assert len(first.y_train) + len(first.y_test) == 1797
@@ -106,7 +107,7 @@ def test_eval_shards_are_disjoint_and_cover_the_set(n: int, size: int) -> None:
 
 
 def test_torch_distributed_sampler_partitions_and_reshuffles_per_epoch() -> None:
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     from torch.utils.data import DistributedSampler
 
     data = torch.utils.data.TensorDataset(torch.arange(101))

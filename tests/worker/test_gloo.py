@@ -8,6 +8,7 @@ import pytest
 import horovod_contract as contract
 from horovod_worker.gloo_launcher import parse_hostfile
 from horovod_worker.gloo_worker import Plan, PlanError, plan_from_env, rank_env
+from tests.support.prerequisites import require_module
 
 
 def env(**overrides: str) -> dict[str, str]:
@@ -69,7 +70,7 @@ def test_rank_env_of_each_slot() -> None:
 def test_rank_env_is_what_horovodrun_assigns(workers: int, slots: int) -> None:
     """The same ranks as Horovod's own assignment for the launcher's plan, which is
     what the rendezvous server expects of them."""
-    hosts = pytest.importorskip("horovod.runner.common.util.hosts")
+    hosts = require_module("horovod.runner.common.util.hosts")
     names = [f"w{i}" for i in range(workers)]
     plan = hosts.get_host_assignments(
         hosts.parse_hosts(",".join(f"{n}:{slots}" for n in names)), workers * slots

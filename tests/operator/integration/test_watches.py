@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
+
+import pytest
 
 from horovod_operator import watches
 from horovod_operator.connection import load_connection
@@ -105,11 +108,18 @@ def test_a_fresh_list_forgets_what_went_while_nobody_watched(
     asyncio.run(watched(cluster, namespace, steps))
 
 
-def test_an_api_server_that_refuses_is_retried(cluster: KubeCluster, namespace: str) -> None:
-    """A watch of a kind nobody serves fails with the server's answer and is retried,
-    never reported as synced and never crashing the operator."""
+def test_an_api_server_that_refuses_is_retried(
+    cluster: KubeCluster, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A watch of a kind nobody serves fails with the server's answer and is retried
+    (asked again after its backoff), never reported as synced and never crashing
+    the operator."""
     bogus = watches.Kind("config_maps", "Nothing", "example.com/v1", "nothings", dict)
     synced = asyncio.Event()
+    caplog.set_level(logging.WARNING, logger=watches.__name__)
+
+    def failures() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "watch of " in r.getMessage()]
 
     async def run() -> None:
         watching = watches.Watches(
@@ -120,7 +130,9 @@ def test_an_api_server_that_refuses_is_retried(cluster: KubeCluster, namespace: 
             on_synced=synced.set,
         )
         watching.start()
-        await asyncio.sleep(2.0)
+        # Two refusals: the first, and the same request again after its backoff (1 s).
+        await wait_for(lambda: len(failures()) >= 2, 15, "the refused watch asked again")
+        assert all("404" in message or "not found" in message.lower() for message in failures())
         assert not synced.is_set()
         assert all(not task.done() for task in watching._tasks)
         await watching.close()

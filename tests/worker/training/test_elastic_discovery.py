@@ -15,6 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.prerequisites import require_module
+
+# Before the imports below: horovod_worker.elastic_launcher imports Horovod.
+require_module("horovod.runner")
+
 from horovod_worker.elastic_agent import Agent, AgentPlan, serve
 from horovod_worker.elastic_launcher import (
     AgentDiscovery,

@@ -15,12 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 from horovod_worker.common import parse_result
 from horovod_worker.data import load
 from localcluster.poll import wait_for
 from tests.support.elastic import LocalElasticJob
+from tests.support.prerequisites import require_module
+
+torch = require_module("torch")
 
 ACCURACY_BAR = 0.9
 
