@@ -7,9 +7,13 @@ changed pin rebuilds. Builds take a machine-wide lock: two Go compiles at once o
 a 2-core machine only make both slower.
 
 The stamped binaries are the cache. Go's own build cache (compiled packages) is
-a temporary directory per build, removed after it, unless GOCACHE is set: left
-in ~/.cache/go-build it grew past 13 GB across the peers and schedulers, and
-the disk a kind rung needs for its images was gone.
+one directory shared by every tool (~/.cache/horovod-operator/go-build), so the
+standard library and the modules several tools share compile once per run, and
+kubelet reuses what the control plane compiled from the same go.mod: it is
+emptied after a build that leaves it over HVK_GO_BUILD_CACHE_MAX_GB (10 GB). Left
+unbounded in ~/.cache/go-build it grew past 13 GB across the peers and
+schedulers, and the disk a kind rung needs for its images was gone. A GOCACHE
+the user set is used as it is and never emptied.
 """
 
 from __future__ import annotations
@@ -312,21 +316,44 @@ def _heavy_lock() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+SHARED_CACHE_MAX_GB = 10.0
+
+
+def shared_cache() -> Path:
+    return CACHE / "go-build"
+
+
 @contextlib.contextmanager
-def _build_cache(name: str) -> Iterator[dict[str, str]]:
-    """go_env() with GOCACHE set: the caller's own when set, else a directory of this
-    build's, removed afterwards (a failed build's too: a retry compiles again)."""
+def _build_cache() -> Iterator[dict[str, str]]:
+    """go_env() with GOCACHE set: the caller's own when set, else the shared one,
+    emptied afterwards when it has grown past its cap (a failed build's too)."""
     env = go_env()
     if "GOCACHE" in env:
         yield env
         return
-    cache = CACHE / "go-build-tmp" / name
-    shutil.rmtree(cache, ignore_errors=True)
+    cache = shared_cache()
     env["GOCACHE"] = str(cache)
     try:
         yield env
     finally:
+        _trim(cache)
+
+
+def _trim(cache: Path) -> None:
+    cap = float(os.environ.get("HVK_GO_BUILD_CACHE_MAX_GB") or SHARED_CACHE_MAX_GB)
+    size = _size(cache)
+    if size > cap * 1e9:
+        log(f"Go build cache {cache} is {size / 1e9:.1f} GB (cap {cap:g} GB): emptied")
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def _size(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
 
 
 def build(names: Sequence[str] = ()) -> None:
@@ -352,7 +379,19 @@ def _build_one(candidate: Tool) -> None:
     out = candidate.bin_dir()
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    with _heavy_lock(), _build_cache(candidate.name) as env:
+    with _heavy_lock():
+        if candidate.built():
+            # Built by another process (hack/warm-tools.sh) while this one waited.
+            log(f"{candidate.name} {candidate.version()}: built meanwhile in {candidate.bin_dir()}")
+            return
+        _compile(go, candidate, out)
+        # Under the lock: a process waiting for it sees the tool built.
+        (out / ".stamp").write_text(candidate.stamp())
+    log(f"{candidate.name}: built in {time.monotonic() - start:.0f}s")
+
+
+def _compile(go: str, candidate: Tool, out: Path) -> None:
+    with _build_cache() as env:
         for name, package in candidate.binaries.items():
             log(f"{candidate.name} {candidate.version()}: building {package} (minutes when cold)")
             tags = [f"-tags={','.join(candidate.tags)}"] if candidate.tags else []
@@ -380,8 +419,6 @@ def _build_one(candidate: Tool) -> None:
                     f"and that `go version` is at least the `go` line of "
                     f"{candidate.go_dir / 'go.mod'}."
                 )
-    (out / ".stamp").write_text(candidate.stamp())
-    log(f"{candidate.name}: built in {time.monotonic() - start:.0f}s")
 
 
 def ensure(binary: str) -> Path:

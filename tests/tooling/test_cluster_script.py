@@ -3,9 +3,11 @@ it gives."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +99,7 @@ def _fake_go(bin_dir: Path, record: Path) -> None:
     go.chmod(0o755)
 
 
-def test_go_build_cache_is_temporary_unless_gocache_is_set(
+def test_go_build_cache_is_shared_capped_and_the_users_own_is_kept(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(gobuild, "CACHE", tmp_path / "cache")
@@ -106,19 +108,50 @@ def test_go_build_cache_is_temporary_unless_gocache_is_set(
     _fake_go(tmp_path / "bin", record)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
     monkeypatch.delenv("GOCACHE", raising=False)
-    gobuild.build(["etcd"])
-    used = Path(record.read_text().split()[0])
-    assert used.parent == tmp_path / "cache" / "go-build-tmp"
-    assert not used.exists(), "the build's own Go cache is removed after the build"
-    assert gobuild.tool("etcd").built()
+    gobuild.build(["etcd", "kwok"])
+    # One cache for every tool (the standard library compiles once), kept under its cap.
+    used = {Path(line) for line in record.read_text().split()}
+    assert used == {tmp_path / "cache" / "go-build"}
+    assert (tmp_path / "cache" / "go-build" / "package.a").exists()
+    assert gobuild.tool("etcd").built() and gobuild.tool("kwok").built()
 
-    # A GOCACHE the user set is theirs: used, and kept.
+    # Over its cap it is emptied after the build.
+    monkeypatch.setenv("HVK_GO_BUILD_CACHE_MAX_GB", "0.000000001")
+    shutil.rmtree(gobuild.tool("etcd").bin_dir())
+    gobuild.build(["etcd"])
+    assert not (tmp_path / "cache" / "go-build").exists()
+
+    # A GOCACHE the user set is theirs: used, and kept whatever its size.
     own = tmp_path / "own-gocache"
     monkeypatch.setenv("GOCACHE", str(own))
     shutil.rmtree(gobuild.tool("etcd").bin_dir())
     gobuild.build(["etcd"])
     assert record.read_text().split()[-1] == str(own)
     assert (own / "package.a").exists()
+
+
+def test_a_tool_built_while_waiting_for_the_lock_is_not_built_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(gobuild, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(gobuild, "HEAVY_LOCK", tmp_path / "heavy.lock")
+    record = tmp_path / "gocache.txt"
+    _fake_go(tmp_path / "bin", record)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    etcd = gobuild.tool("etcd")
+    real_lock = gobuild._heavy_lock
+
+    @contextlib.contextmanager
+    def another_process_builds_it_first() -> Iterator[None]:
+        with real_lock():
+            etcd.bin_dir().mkdir(parents=True, exist_ok=True)
+            (etcd.bin_dir() / "etcd").write_text("")
+            (etcd.bin_dir() / ".stamp").write_text(etcd.stamp())
+            yield
+
+    monkeypatch.setattr(gobuild, "_heavy_lock", another_process_builds_it_first)
+    gobuild.ensure("etcd")
+    assert not record.exists(), "go was run for a tool that was built meanwhile"
 
 
 def test_unknown_tools_are_refused_by_name() -> None:
