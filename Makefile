@@ -11,8 +11,8 @@ demo-tf:  ## the same with the TensorFlow example
 bootstrap:  ## install system packages, .venv, control plane binaries, worker frameworks
 	hack/bootstrap.sh
 
-test: bootstrap  ## every test: unit, integration (real control plane), training, e2e
-	.venv/bin/pytest -ra
+test: bootstrap  ## every test: unit, integration (real control plane), training, e2e, images; builds beside them what later tests need (hack/test.sh)
+	hack/test.sh
 
 test-unit: ## pure tests, no cluster (tests mirror the code: tests/operator, tests/worker, tests/tooling)
 	SKIP_WORKER=1 hack/bootstrap.sh

@@ -7,7 +7,7 @@
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-say() { printf '[bootstrap] %s\n' "$*" >&2; }
+say() { printf '[bootstrap] %4ds %s\n' "$SECONDS" "$*" >&2; }
 
 need_pkgs=()
 for pair in openssl:openssl ip:iproute2 sshd:openssh-server ssh:openssh-client; do

@@ -204,7 +204,7 @@ status() {
 }
 
 # One build of an image at a time, machine-wide: a second `images.sh` asking for
-# the same image (a test, while hack/warm-images.sh builds it) waits for the first
+# the same image (a test, while hack/warm-up.sh builds it) waits for the first
 # and then finds it in the build cache, instead of building it again beside it.
 hold_lock() {
   mkdir -p "$state"

@@ -28,7 +28,7 @@ MARKERS = {
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The tests that use Docker run last, in their own order: their images are the
     # suite's longest builds, and .ci/run builds them beside the other tests
-    # (hack/warm-images.sh) instead of before the tests that need none.
+    # (hack/warm-up.sh) instead of before the tests that need none.
     items.sort(key=uses_docker)
     for item in items:
         parts = Path(str(item.fspath)).resolve().relative_to(HERE).parts

@@ -110,7 +110,7 @@ def test_worker_build_args_default_to_the_pins() -> None:
             assert name in ("VERSION", "REVISION"), f"ARG {name} is not pinned in versions.env"
 
 
-WARM = REPO / "hack" / "warm-images.sh"
+WARM = REPO / "hack" / "warm-up.sh"
 
 
 def test_warm_up_builds_every_worker_target_and_refuses_unknown_arguments() -> None:
@@ -118,13 +118,13 @@ def test_warm_up_builds_every_worker_target_and_refuses_unknown_arguments() -> N
     assert shown.returncode == 0 and "lowest CPU" in shown.stdout, shown.stdout + shown.stderr
     bad = subprocess.run([str(WARM), "--bogus"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown argument: --bogus" in bad.stderr
-    loop = re.search(r"^for target in (.+); do$", WARM.read_text(), re.M)
-    assert loop, "hack/warm-images.sh lost its loop over the worker targets"
+    loop = re.search(r"^\s*for target in (.+); do$", WARM.read_text(), re.M)
+    assert loop, "hack/warm-up.sh lost its loop over the worker targets"
     assert sorted(loop.group(1).split()) == sorted(images("worker-targets").stdout.split())
 
 
 def test_the_tests_that_use_docker_run_after_all_the_others(request: pytest.FixtureRequest) -> None:
     # tests/conftest.py's order, read off this very session: .ci/run builds the
-    # images beside the tests that come first (hack/warm-images.sh).
+    # images beside the tests that come first (hack/warm-up.sh).
     uses = [uses_docker(item) for item in request.session.items]
     assert uses == sorted(uses)

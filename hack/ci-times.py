@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Where a CI run's time went: the phases .ci/run timed, each test tier and the
+slowest tests from pytest's junit file, and the warm-up's steps.
+
+    hack/ci-times.py [--phases .work/ci/phases.tsv] [--junit .work/ci/junit.xml]
+        [--warm-up .work/warm-up.log] [--slowest 15]
+
+phases.tsv: one `<phase>\t<seconds>` line per phase, in order (.ci/run writes it).
+Standard library only: it runs after any failure, whatever was installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+# The tiers of tests/conftest.py, by where a test lives.
+TIERS = ("unit", "integration", "e2e", "training", "images")
+
+
+def tier_of(classname: str) -> str:
+    """junit's classname is the test's module path with dots (tests.e2e.test_x)."""
+    parts = classname.split(".")
+    if len(parts) > 1 and parts[1] == "e2e":
+        return "e2e"
+    for tier in ("images", "training", "integration"):
+        if tier in parts[:-1]:
+            return tier
+    return "unit"
+
+
+def read_junit(path: Path) -> list[tuple[str, str, float, str]]:
+    """(tier, test id, seconds, outcome) per test case."""
+    cases = []
+    for case in ET.parse(path).iter("testcase"):
+        classname = case.get("classname", "")
+        seconds = float(case.get("time") or 0)
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+        cases.append((tier_of(classname), f"{classname}::{case.get('name')}", seconds, outcome))
+    return cases
+
+
+def read_phases(path: Path) -> list[tuple[str, int]]:
+    rows = []
+    for line in path.read_text().splitlines():
+        name, _, seconds = line.partition("\t")
+        if seconds.strip().isdigit():
+            rows.append((name, int(seconds)))
+    return rows
+
+
+WARM_STEP = re.compile(r"^\[warm-up\] (.+): (done in|failed \(exit \d+\) after) (\d+)s")
+
+
+def read_warm_up(path: Path) -> list[tuple[str, str, int]]:
+    steps = []
+    for line in path.read_text(errors="replace").splitlines():
+        found = WARM_STEP.match(line)
+        if found:
+            outcome = "done" if found.group(2) == "done in" else "failed"
+            steps.append((found.group(1), outcome, int(found.group(3))))
+    return steps
+
+
+def report(
+    phases: list[tuple[str, int]],
+    cases: list[tuple[str, str, float, str]],
+    warm: list[tuple[str, str, int]],
+    slowest: int,
+) -> str:
+    out = ["[ci] time per phase:"] if phases else []
+    out += [f"[ci]   {name:<28} {seconds:>6} s" for name, seconds in phases]
+    if cases:
+        by_tier: dict[str, list[float]] = defaultdict(list)
+        for tier, _, seconds, _ in cases:
+            by_tier[tier].append(seconds)
+        out.append("[ci] tests per tier (setup, call and teardown):")
+        for tier in TIERS:
+            if tier in by_tier:
+                times = by_tier[tier]
+                out.append(f"[ci]   {tier:<12} {len(times):>4} tests {sum(times):>8.0f} s")
+        out.append(f"[ci] the {slowest} slowest tests:")
+        for tier, name, seconds, outcome in sorted(cases, key=lambda c: -c[2])[:slowest]:
+            out.append(f"[ci]   {seconds:>7.1f} s  {tier:<11} {name} ({outcome})")
+    if warm:
+        out.append("[ci] warm-up steps (beside the tests, idle priority):")
+        out += [f"[ci]   {seconds:>6} s  {step} ({outcome})" for step, outcome, seconds in warm]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phases", type=Path)
+    parser.add_argument("--junit", type=Path)
+    parser.add_argument("--warm-up", type=Path)
+    parser.add_argument("--slowest", type=int, default=15)
+    args = parser.parse_args(argv)
+    phases = read_phases(args.phases) if args.phases and args.phases.exists() else []
+    cases = read_junit(args.junit) if args.junit and args.junit.exists() else []
+    warm = read_warm_up(args.warm_up) if args.warm_up and args.warm_up.exists() else []
+    print(report(phases, cases, warm, args.slowest))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

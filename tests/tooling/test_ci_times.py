@@ -1,0 +1,88 @@
+"""hack/ci-times.py (where a CI run's time went) and the Go lane of hack/warm-up.sh."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from localcluster import gobuild
+from localcluster.paths import REPO
+
+SCRIPT = REPO / "hack" / "ci-times.py"
+JUNIT = """<?xml version="1.0" encoding="utf-8"?>
+<testsuites><testsuite name="pytest" tests="5">
+<testcase classname="tests.operator.test_decide" name="test_a" time="0.5"/>
+<testcase classname="tests.operator.integration.test_kueue" name="test_b" time="120.0"/>
+<testcase classname="tests.e2e.test_gloo" name="test_c" time="40.0">
+  <failure message="boom">x</failure></testcase>
+<testcase classname="tests.worker.training.test_train_pytorch" name="test_d" time="30.0"/>
+<testcase classname="tests.worker.images.test_worker_images" name="test_e" time="300.0">
+  <skipped message="no docker"/></testcase>
+</testsuite></testsuites>
+"""
+
+
+def test_the_report_names_phases_tiers_the_slowest_tests_and_the_warm_up(tmp_path: Path) -> None:
+    (tmp_path / "junit.xml").write_text(JUNIT)
+    (tmp_path / "phases.tsv").write_text("bootstrap\t1160\nlint\t20\ntests\t4000\ntotal\t5180\n")
+    (tmp_path / "warm-up.log").write_text(
+        "[warm-up] hack/cluster.sh build kueue ...\n"
+        "[warm-up] hack/cluster.sh build kueue: done in 181s\n"
+        "[warm-up] hack/images.sh worker tf-gpu: failed (exit 1) after 12s; the tests ...\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--phases",
+            str(tmp_path / "phases.tsv"),
+            "--junit",
+            str(tmp_path / "junit.xml"),
+            "--warm-up",
+            str(tmp_path / "warm-up.log"),
+            "--slowest",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = proc.stdout
+    assert re.search(r"bootstrap\s+1160 s", out) and re.search(r"total\s+5180 s", out)
+    for tier, count, seconds in (
+        ("unit", 1, 0),
+        ("integration", 1, 120),
+        ("e2e", 1, 40),
+        ("training", 1, 30),
+        ("images", 1, 300),
+    ):
+        assert re.search(rf"{tier}\s+{count} tests\s+{seconds} s", out), (tier, out)
+    slowest = out.split("slowest tests:")[1].splitlines()[1:3]
+    assert "test_worker_images::test_e (skipped)" in slowest[0]
+    assert "test_kueue::test_b (passed)" in slowest[1]
+    assert "181 s  hack/cluster.sh build kueue (done)" in out
+    assert "12 s  hack/images.sh worker tf-gpu (failed)" in out
+
+
+def test_a_run_that_stopped_early_still_gets_its_phases(tmp_path: Path) -> None:
+    (tmp_path / "phases.tsv").write_text("bootstrap\t30\n")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--phases", str(tmp_path / "phases.tsv"),
+         "--junit", str(tmp_path / "missing.xml")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "bootstrap" in proc.stdout and "tier" not in proc.stdout
+
+
+def test_the_warm_up_builds_only_known_tools_and_every_one_the_tests_build() -> None:
+    lane = re.search(r"for tool in ([^;]+); do", (REPO / "hack" / "warm-up.sh").read_text())
+    assert lane, "hack/warm-up.sh lost its Go tools loop"
+    tools = lane.group(1).replace("\\\n", " ").split()
+    known = {t.name for t in gobuild.TOOLS}
+    assert set(tools) <= known, set(tools) - known
+    # Everything but the control plane (bootstrap builds it) is built ahead.
+    assert set(tools) == {t.name for t in gobuild.TOOLS if not t.control_plane} - {"coredns"}
+    # The kind node's kubelet first, while the control plane's packages are cached.
+    assert tools[0] == "kubernetes-node"
