@@ -24,8 +24,8 @@ import kopf
 from . import metrics, podgroups, watches
 from .connection import load_connection
 from .first_step import FirstStepWatcher
-from .kube import Kube, KubeError
-from .leader import LeaderElector
+from .kube import FIELD_MANAGER, Kube, KubeError
+from .leader import RENEW_DEADLINE, LeaderElector
 from .reconciler import Reconciler
 from .settings import OperatorConfig
 
@@ -72,11 +72,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     config = CONFIG
     configure_settings(settings)
     connection = load_connection(config.kubeconfig)
+    identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    user_agent = f"{FIELD_MANAGER} ({identity})"
     kube = Kube(
         connection,
         qps=config.qps,
         burst=config.burst,
         threads=config.api_threads,
+        user_agent=user_agent,
     )
     kube.on_request = metrics.count_request
     reconciler = memo.reconciler = Reconciler(
@@ -115,11 +118,23 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     memo.first_step = asyncio.create_task(watcher.run())
     memo.elector = None
+    memo.elector_kube = None
     if config.leader_elect:
-        identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        elector = LeaderElector(
-            kube, config.leader_election_namespace, config.leader_election_id, identity
+        # Its own client: no token shared with the reconciler's creates, no retries,
+        # no request outliving the renew deadline (leader.py).
+        elector_kube = memo.elector_kube = Kube(
+            connection,
+            qps=0,
+            threads=2,
+            timeout=(RENEW_DEADLINE / 2, RENEW_DEADLINE),
+            retries=False,
+            user_agent=user_agent,
         )
+        elector = LeaderElector(
+            elector_kube, config.leader_election_namespace, config.leader_election_id, identity
+        )
+        # The fence: the reconciler's writes go out only while the lease is proven.
+        kube.may_write = elector.holds
         memo.elector = asyncio.create_task(
             elector.run(on_started=reconciler.activate, on_stopped=reconciler.deactivate)
         )
@@ -184,6 +199,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if reconciler is not None:
         await reconciler.shutdown()
         reconciler.kube.close()
+    elector_kube: Kube | None = getattr(memo, "elector_kube", None)
+    if elector_kube is not None:
+        elector_kube.close()
     health: metrics.HealthServer | None = getattr(memo, "health", None)
     if health is not None:
         await health.stop()

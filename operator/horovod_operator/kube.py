@@ -39,6 +39,11 @@ FIELD_MANAGER: Final = "horovod-operator"
 REQUEST_TIMEOUT: Final = (10.0, 60.0)
 
 
+class NotLeader(Exception):
+    """A write refused before it was sent: this replica cannot prove it holds the
+    leader Lease now (leader.py), so another may already act."""
+
+
 class KubeError(Exception):
     """An API error response, with the HTTP status and the server's message."""
 
@@ -135,8 +140,17 @@ class Kube:
         qps: float = 50.0,
         burst: int = 100,
         threads: int = 16,
+        timeout: tuple[float, float] = REQUEST_TIMEOUT,
+        retries: bool | int | None = None,
+        user_agent: str = FIELD_MANAGER,
     ) -> None:
+        """`timeout` (connect, read) and `retries` (urllib3's; None: its default of
+        3 on connection errors) per request: the leader elector's client allows
+        no call longer than its renew deadline and retries nothing."""
         self.connection = connection
+        # Starts with the field manager (what audit counts match on); a replica adds
+        # its identity, so the API server's audit log tells replicas apart.
+        self.user_agent = user_agent
         tls: dict[str, Any] = {}
         if connection.server.startswith("https:"):
             tls = {
@@ -148,9 +162,11 @@ class Kube:
             if connection.insecure:
                 urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         # urllib3's default retries (3, connection errors) as the kubernetes package had.
+        pool_options: dict[str, Any] = {} if retries is None else {"retries": retries}
         self._pool = urllib3.PoolManager(
             maxsize=threads,
-            timeout=urllib3.Timeout(connect=REQUEST_TIMEOUT[0], read=REQUEST_TIMEOUT[1]),
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+            **pool_options,
             **tls,
         )
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
@@ -163,6 +179,9 @@ class Kube:
         )
         # Counts of requests by verb and kind, for metrics and the write-count benchmark.
         self.on_request: Callable[[str, str], None] = lambda verb, kind: None
+        # Whether a write may be sent now (leader election's fence: LeaderElector.holds);
+        # asked in the request's own thread, the last moment before it is sent.
+        self.may_write: Callable[[], bool] = lambda: True
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None, **options: Any) -> Kube:
@@ -198,10 +217,12 @@ class Kube:
         content_type: str,
     ) -> tuple[int, str, bytes]:
         """(status code, reason, raw body) of one request."""
+        if verb not in ("GET", "HEAD") and not self.may_write():
+            raise NotLeader(f"{verb} {path}: this replica does not hold the leader Lease now")
         headers = {
             "Accept": "application/json",
             "Content-Type": content_type,
-            "User-Agent": FIELD_MANAGER,
+            "User-Agent": self.user_agent,
         }
         authorization = self.connection.authorization()
         if authorization:

@@ -106,7 +106,9 @@ class KubeCluster(Cluster):
 
 
 @contextmanager
-def session_cluster(env_prefix: str, default_dir: Path, default_port: int) -> Iterator[KubeCluster]:
+def session_cluster(
+    env_prefix: str, default_dir: Path, default_port: int, audit: bool = False
+) -> Iterator[KubeCluster]:
     """A local control plane for one test session, torn down even when tests fail.
 
     <prefix>_REUSE=<state dir> uses one started with `hack/cluster.sh up` (and
@@ -123,6 +125,7 @@ def session_cluster(env_prefix: str, default_dir: Path, default_port: int) -> It
     layout = Layout(
         root=Path(os.environ.get(f"{env_prefix}_DIR", default_dir)),
         port_base=int(os.environ.get(f"{env_prefix}_PORT_BASE", default_port)),
+        audit=audit,
     )
     impl = Cluster(layout)
     impl.down(quiet=True)  # what a crashed earlier run left
