@@ -19,6 +19,7 @@ from localcluster.kueue import KueueProcess
 from tests.support.cluster import KubeCluster
 from tests.support.kueue import (
     POOL_LABEL,
+    WORKLOADS,
     gpu_queue,
     kueue_process,
     queued_job,
@@ -55,7 +56,11 @@ def queue(kueue: KueueProcess, cluster: KubeCluster, namespace: str) -> Iterator
 
 
 def _pods_ready(cluster: KubeCluster, namespace: str, job: str) -> tuple[str, str] | None:
-    condition = workload_condition(workload_of(cluster, namespace, job), "PodsReady")
+    """The job's Workload's PodsReady (status, reason); None before either exists."""
+    found = cluster.get(WORKLOADS, namespace=namespace, selector=f"horovod.ai/job-name={job}")
+    if not found["items"]:
+        return None
+    condition = workload_condition(found["items"][0], "PodsReady")
     return None if condition is None else (condition["status"], condition["reason"])
 
 
