@@ -56,6 +56,8 @@ REASON_CREATE_FORBIDDEN: Final = "CreateForbidden"
 REASON_CHILD_CONFLICT: Final = "ChildConflict"
 REASON_OLD_CHILD: Final = "WaitingForPreviousJob"
 REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
+# A feature the job needs (a queue, a gang) whose discovery has not answered yet.
+REASON_DISCOVERY_PENDING: Final = "APIDiscoveryPending"
 # Reasons of a job that Kueue admits (queueing.py): Suspended until its Workload is
 # admitted, and again while an eviction takes its pods.
 REASON_QUEUED_BY_KUEUE: Final = "QueuedByKueue"

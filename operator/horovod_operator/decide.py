@@ -250,6 +250,8 @@ def _ensure_children(
 ) -> None:
     """Create what the attempt lacks; never an object whose name another holds.
     A job that Kueue admits gets its pods only where the admission puts them."""
+    if stalled.undiscovered(job, seen):
+        return  # fail closed: nothing until the cluster says what it serves
     children = seen.children
     job = _with_replicas(job, active_replicas(job.model_copy(update={"status": status})))
     attempt = status.restarts
@@ -306,10 +308,10 @@ def gang_scheduled(job: HorovodJob, seen: Observation) -> bool:
     native (Auto, Native), Volcano's or scheduler-plugins' coscheduling."""
     policy = job.spec.scheduling.gang.policy
     if policy == "Volcano":
-        return seen.volcano_api
+        return seen.volcano_api is True
     if policy == "Coscheduling":
-        return seen.coscheduling_api
-    return policy != "None" and seen.gang_api
+        return seen.coscheduling_api is True
+    return policy != "None" and seen.gang_api is True
 
 
 # --- saying why a job does not progress --------------------------------------------------

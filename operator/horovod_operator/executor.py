@@ -31,6 +31,7 @@ from .children import (
     workload_finished,
 )
 from .conditions import format_time, now_utc, parse_time
+from .discovery import Discovery
 from .kube import Kube, KubeError
 from .memory import PROGRESS_INTERVAL, Indexes, JobMemory, Key, Obj, Refused
 from .phases import progress_only, status_body
@@ -89,13 +90,10 @@ class Executor:
         self.stuck_pod_grace = stuck_pod_grace
         self.indexes = Indexes()
         self.memory: dict[Key, JobMemory] = {}
-        # Detected at start (handlers.startup): PodGroups for gangs can be created.
-        self.gang_api = False
-        # Detected at start: Kueue's Workloads are served (queueing.py).
-        self.kueue_api = False
-        # Detected at start: Volcano's and coscheduling's PodGroups are served (podgroups.py).
-        self.volcano_api = False
-        self.coscheduling_api = False
+        # What the cluster serves (handlers.startup; None while its check has not
+        # answered): PodGroups for gangs, Kueue's Workloads. Without a Discovery (tests
+        # of the executor alone) nothing optional is served.
+        self.discovery: Discovery | None = None
         self._flavors: dict[str, tuple[float, Obj]] = {}
         # False once the server refused a collection delete (RBAC without the
         # deletecollection verb, as granted before it was used): pods go one by one.
@@ -149,7 +147,8 @@ class Executor:
         flavors: dict[str, Obj] = {}
         priority: Priority | None = None
         scheduling = (body.get("spec") or {}).get("scheduling") or {}
-        if self.kueue_api and scheduling.get("queue"):
+        served = self.discovery.served if self.discovery is not None else {}
+        if served.get("kueue") and scheduling.get("queue"):
             for name in queueing.admitted_flavors(children.workload):
                 flavor = await self._flavor(name)
                 if flavor is not None:
@@ -185,10 +184,11 @@ class Executor:
             host_key=generate_key_pair("horovod-job-host") if needs_keys else None,
             stuck_pod_grace=self.stuck_pod_grace,
             restrict_templates=self.restrict_templates,
-            gang_api=self.gang_api,
-            kueue_api=self.kueue_api,
-            volcano_api=self.volcano_api,
-            coscheduling_api=self.coscheduling_api,
+            gang_api=served.get("gang", False),
+            kueue_api=served.get("kueue", False),
+            volcano_api=served.get("volcano", False),
+            coscheduling_api=served.get("coscheduling", False),
+            discovery_errors=dict(self.discovery.errors) if self.discovery is not None else {},
             flavors=flavors,
             priority=priority,
         )

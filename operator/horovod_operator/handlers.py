@@ -21,10 +21,11 @@ from typing import Any
 
 import kopf
 
-from . import metrics, podgroups, watches
+from . import metrics, watches
 from .connection import load_connection
+from .discovery import KUEUE, Discovery, Feature
 from .first_step import FirstStepWatcher
-from .kube import FIELD_MANAGER, Kube, KubeError
+from .kube import FIELD_MANAGER, Kube
 from .leader import RENEW_DEADLINE, LeaderElector
 from .reconciler import Reconciler
 from .settings import OperatorConfig
@@ -46,25 +47,6 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     # double the writes per job.
     settings.posting.enabled = False
     settings.networking.request_timeout = 60
-
-
-async def _served(kube: Kube, group_version: str, plural: str, feature: str) -> bool:
-    """Whether the API server serves `plural` (discovery), logged; not when unsure."""
-    try:
-        served = await kube.serves(group_version, plural)
-    except KubeError as error:
-        logger.warning(
-            "%s: cannot tell whether %s %s are served (%s); assuming not",
-            feature,
-            group_version,
-            plural,
-            error,
-        )
-        return False
-    logger.info(
-        "%s (%s %s): %s", feature, group_version, plural, "served" if served else "not served"
-    )
-    return served
 
 
 @kopf.on.startup()
@@ -91,27 +73,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         restrict_templates=config.restrict_templates,
         synced=False,
     )
-    # Native gang scheduling needs the Workload API (beta, off by default in 1.37):
-    # detected, never assumed. A cluster that enables it later needs a restart.
-    reconciler.executor.gang_api = await _served(
-        kube, "scheduling.k8s.io/v1beta1", "podgroups", "native gang scheduling"
-    )
-    # Volcano's and scheduler-plugins' PodGroups (gang.policy Volcano, Coscheduling):
-    # detected the same way; a job that asks for one the cluster lacks waits, Stalled.
-    volcano, coscheduling = podgroups.VOLCANO, podgroups.COSCHEDULING
-    reconciler.executor.volcano_api = await _served(
-        kube, volcano.api_version, volcano.plural, "Volcano gangs"
-    )
-    reconciler.executor.coscheduling_api = await _served(
-        kube, coscheduling.api_version, coscheduling.plural, "coscheduling gangs"
-    )
-    # Kueue admits jobs with a queue as one Workload when its API is served
-    # (queueing.py); without it the queue is only a label on the pods.
-    reconciler.executor.kueue_api = await _served(
-        kube, "kueue.x-k8s.io/v1beta2", "workloads", "Kueue admission"
-    )
-    # Workloads are watched only where Kueue serves them (a restart picks up a later install).
-    kinds = [*watches.ALWAYS, *([watches.WORKLOADS] if reconciler.executor.kueue_api else [])]
+    # Native gang scheduling (the Workload API: beta, off by default in 1.37), Volcano's
+    # and scheduler-plugins' PodGroups, Kueue's Workloads: detected, never assumed,
+    # and failing closed (discovery.py): what did not answer is asked again with
+    # backoff, and the jobs that need it wait, Stalled, meanwhile.
+    discovery = Discovery(kube)
+    await discovery.check_all()
+    reconciler.executor.discovery = discovery
+    # Workloads are watched only where Kueue serves them (a restart picks up a later
+    # install); known only later, their watch starts then.
+    kinds = [*watches.ALWAYS, *([watches.WORKLOADS] if discovery.served["kueue"] else [])]
     # Time to the first training step: rank 0's line in its log (first_step.py).
     watcher = FirstStepWatcher(
         kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
@@ -158,6 +129,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     )
     reconciler.executor.indexes = watched.indexes()
     watched.start()
+
+    def known(feature: Feature, served: bool) -> None:
+        if feature is KUEUE and served:
+            watched.add(watches.WORKLOADS)
+            reconciler.executor.indexes = watched.indexes()
+        reconciler.trigger_all()  # the jobs that waited for it
+
+    memo.discovery = asyncio.create_task(discovery.retry(known)) if discovery.pending() else None
     logger.info(
         "horovod-operator watching %s",
         ", ".join(config.namespaces) if config.namespaces else "all namespaces",
@@ -187,7 +166,7 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    for name in ("elector", "first_step"):
+    for name in ("elector", "first_step", "discovery"):
         task: asyncio.Task[None] | None = getattr(memo, name, None)
         if task is not None:
             task.cancel()

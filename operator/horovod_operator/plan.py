@@ -57,15 +57,19 @@ class Observation:
     stuck_pod_grace: float = 60.0
     # The opt-in template policy (--restrict-templates): see validation.py.
     restrict_templates: bool = False
-    # The cluster serves scheduling.k8s.io/v1beta1 PodGroup (native gang scheduling).
-    gang_api: bool = False
-    # The cluster serves kueue.x-k8s.io/v1beta2 Workload: a job with a queue is
-    # admitted by Kueue as one Workload (queueing.py).
-    kueue_api: bool = False
-    # The cluster serves Volcano's scheduling.volcano.sh/v1beta1 PodGroup, and
-    # scheduler-plugins' scheduling.x-k8s.io/v1alpha1 PodGroup (podgroups.py).
-    volcano_api: bool = False
-    coscheduling_api: bool = False
+    # What the cluster serves (discovery.py); None: its check has not answered yet,
+    # and a job that needs it waits (fail closed).
+    # scheduling.k8s.io/v1beta1 PodGroup (native gang scheduling).
+    gang_api: bool | None = False
+    # kueue.x-k8s.io/v1beta2 Workload: a job with a queue is admitted by Kueue as one
+    # Workload (queueing.py).
+    kueue_api: bool | None = False
+    # Volcano's scheduling.volcano.sh/v1beta1 PodGroup, and scheduler-plugins'
+    # scheduling.x-k8s.io/v1alpha1 PodGroup (podgroups.py).
+    volcano_api: bool | None = False
+    coscheduling_api: bool | None = False
+    # The last error of each check that has not answered (discovery.Feature.key).
+    discovery_errors: Mapping[str, str] = field(default_factory=dict)
     # The ResourceFlavors the job's admitted Workload names, by name.
     flavors: Mapping[str, Obj] = field(default_factory=dict)
     # What spec.scheduling.priorityClassName names, looked up while the job has no

@@ -70,7 +70,7 @@ def managed(job: HorovodJob, seen: Observation) -> bool:
     """Whether Kueue admits this job (a queue, and a cluster that serves Workloads)."""
     # With gang.policy Volcano the queue is Volcano's (podgroups.py).
     volcano = job.spec.scheduling.gang.policy == "Volcano"
-    return bool(job.spec.scheduling.queue) and seen.kueue_api and not volcano
+    return bool(job.spec.scheduling.queue) and seen.kueue_api is True and not volcano
 
 
 @dataclass(frozen=True)

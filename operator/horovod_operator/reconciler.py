@@ -81,6 +81,10 @@ class Reconciler:
         """This replica leads: reconcile every job it knows (the standby's indexes are
         warm, so the new leader starts from a complete view at once)."""
         self.active = True
+        self.trigger_all()
+
+    def trigger_all(self) -> None:
+        """Reconcile every job known (leadership gained, a cluster feature now known)."""
         for key in [*self.executor.indexes.jobs.keys(), *self._dirty]:
             self.trigger(key)
 

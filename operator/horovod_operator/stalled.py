@@ -25,6 +25,7 @@ from .children import (
 from .conditions import (
     REASON_CHILD_CONFLICT,
     REASON_CREATE_FORBIDDEN,
+    REASON_DISCOVERY_PENDING,
     REASON_GANG_UNAVAILABLE,
     REASON_OLD_CHILD,
 )
@@ -32,12 +33,39 @@ from .phases import due_time
 from .plan import Observation
 
 
+def undiscovered(job: HorovodJob, seen: Observation) -> list[tuple[str, str]]:
+    """(feature key, what) of the cluster features this job needs whose discovery
+    has not answered yet (discovery.py): nothing of the job is created meanwhile,
+    so it neither runs outside its queue's quota nor starts without its gang."""
+    policy = job.spec.scheduling.gang.policy
+    needs = []
+    if job.spec.scheduling.queue and policy != "Volcano" and seen.kueue_api is None:
+        needs.append(("kueue", "Kueue's Workload API (kueue.x-k8s.io/v1beta2 workloads)"))
+    if policy in ("Auto", "Native") and seen.gang_api is None:
+        needs.append(("gang", "the native gang's PodGroup API (scheduling.k8s.io/v1beta1)"))
+    if policy == "Volcano" and seen.volcano_api is None:
+        needs.append(("volcano", "Volcano's PodGroup API (scheduling.volcano.sh/v1beta1)"))
+    if policy == "Coscheduling" and seen.coscheduling_api is None:
+        needs.append(("coscheduling", "coscheduling's PodGroup API (scheduling.x-k8s.io/v1alpha1)"))
+    return needs
+
+
 def problems(
     job: HorovodJob, creates: list[dict[str, object]], status: HorovodJobStatus, seen: Observation
 ) -> list[tuple[str, str]]:
     children = seen.children
     problems: list[tuple[str, str]] = []
-    if job.spec.scheduling.gang.policy == "Native" and not seen.gang_api:
+    for key, what in undiscovered(job, seen):
+        error = seen.discovery_errors.get(key, "no answer yet")
+        problems.append(
+            (
+                REASON_DISCOVERY_PENDING,
+                f"the operator cannot tell yet whether the cluster serves {what}: {error}. "
+                "Nothing of the job is created until the API server answers (asked again "
+                "with backoff)",
+            )
+        )
+    if job.spec.scheduling.gang.policy == "Native" and seen.gang_api is False:
         problems.append(
             (
                 REASON_GANG_UNAVAILABLE,
@@ -50,7 +78,7 @@ def problems(
         )
     gang = podgroups.of(job)
     served = {"Volcano": seen.volcano_api, "Coscheduling": seen.coscheduling_api}
-    if gang is not None and not served[gang.policy]:
+    if gang is not None and served[gang.policy] is False:
         problems.append(
             (
                 REASON_GANG_UNAVAILABLE,

@@ -181,6 +181,17 @@ class Watches:
             for namespace in self.namespaces:
                 self._tasks.append(asyncio.create_task(self._run(kind, namespace)))
 
+    def add(self, kind: Kind) -> None:
+        """Watch one more kind (Kueue's Workloads, once discovery knows they are
+        served); nothing if it is watched already. Its first list does not hold
+        back readiness: the operator was ready without it."""
+        if kind.name in self.stores:
+            return
+        self.kinds = (*self.kinds, kind)
+        self.stores[kind.name] = Store()
+        for namespace in self.namespaces:
+            self._tasks.append(asyncio.create_task(self._run(kind, namespace)))
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
