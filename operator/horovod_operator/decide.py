@@ -35,6 +35,7 @@ from .children import (
     name_of,
     pod_phase,
     role_of,
+    uid_of,
 )
 from .conditions import (
     FAILED,
@@ -386,14 +387,16 @@ def _delete_pods(
     if sweep is not None:
         plan.sweeps.append(sweep)
     else:
-        plan.deletes += [Delete("Pod", name_of(pod)) for pod in workers]
+        plan.deletes += [Delete("Pod", name_of(pod), uid=uid_of(pod)) for pod in workers]
     if with_launcher:
         launcher = children.launcher_job
         if launcher is not None and not is_terminating(launcher):
-            plan.deletes.append(Delete("Job", name_of(launcher), "Foreground"))
+            plan.deletes.append(
+                Delete("Job", name_of(launcher), "Foreground", uid=uid_of(launcher))
+            )
     for pod in children.stray_launcher_pods:
         if not is_terminating(pod):
-            plan.deletes.append(Delete("Pod", name_of(pod)))
+            plan.deletes.append(Delete("Pod", name_of(pod), uid=uid_of(pod)))
 
 
 def _worker_sweep(
@@ -420,7 +423,12 @@ def _worker_sweep(
         )
     )
     fields = "" if phases is None else _UNFINISHED_FIELDS
-    return PodSweep(selector, fields, tuple(name_of(pod) for pod in workers))
+    return PodSweep(
+        selector,
+        fields,
+        tuple(name_of(pod) for pod in workers),
+        tuple(uid_of(pod) for pod in workers),
+    )
 
 
 def _force_delete_stuck_pods(plan: Plan, seen: Observation) -> None:
@@ -443,6 +451,7 @@ def _force_delete_stuck_pods(plan: Plan, seen: Observation) -> None:
                 "Pod",
                 name_of(pod),
                 grace_period=0,
+                uid=uid_of(pod),
                 warning=f"pod {name_of(pod)} was still terminating {int(overdue)}s past its "
                 f"grace period (node {node} not responding); force-deleted",
             )
@@ -462,7 +471,7 @@ def _delete_everything(plan: Plan, seen: Observation) -> None:
         ("Service", children.service),
     ):
         if obj is not None and not is_terminating(obj):
-            plan.deletes.append(Delete(kind, name_of(obj)))
+            plan.deletes.append(Delete(kind, name_of(obj), uid=uid_of(obj)))
 
 
 def _finish(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observation) -> None:

@@ -78,7 +78,7 @@ def track(
     for pod in current:
         failed = pod_phase(pod) == "Failed" and not is_terminating(pod)
         if failed:
-            deletes.append(Delete("Pod", name_of(pod)))
+            deletes.append(Delete("Pod", name_of(pod), uid=uid_of(pod)))
         if uid_of(pod)[:UID_KEPT] in recorded or not (failed or is_terminating(pod)):
             continue
         if failed:

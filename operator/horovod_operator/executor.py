@@ -339,7 +339,7 @@ class Executor:
                 *key,
                 extra=names.log_fields(*key),
             )
-            await self.kube.delete_job(*key)
+            await self.kube.delete_job(*key, str(body["metadata"].get("uid") or ""))
         waits = [w for w in (plan.requeue_after, retry) if w is not None]
         if memory.deferred:
             waits.append(max(0.05, memory.last_write + PROGRESS_INTERVAL - time.monotonic()))
@@ -438,7 +438,10 @@ class Executor:
                     )
                     for name in todo:
                         memory.deleting.pop(name, None)
-            await self._delete(key, [Delete("Pod", name) for name in todo], memory)
+            uids = dict(zip(sweep.names, sweep.uids, strict=False))
+            await self._delete(
+                key, [Delete("Pod", name, uid=uids.get(name, "")) for name in todo], memory
+            )
 
     async def _delete(
         self, key: Key, deletes: list[Delete], memory: JobMemory, body: Obj | None = None
@@ -449,7 +452,7 @@ class Executor:
             memory.deleting[target.name] = now
         await asyncio.gather(
             *(
-                self.kube.delete(d.kind, key[0], d.name, d.propagation, d.grace_period)
+                self.kube.delete(d.kind, key[0], d.name, d.propagation, d.grace_period, d.uid)
                 for d in targets
             )
         )

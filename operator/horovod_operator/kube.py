@@ -349,19 +349,24 @@ class Kube:
         name: str,
         propagation: str = "Background",
         grace_period: int | None = None,
+        uid: str = "",
     ) -> Obj | None:
         """Delete an object; None when it is already gone (404 counts as success).
 
         grace_period 0 removes a pod at once, without its kubelet's confirmation
-        (what `kubectl delete --force` does for a pod on a lost node)."""
+        (what `kubectl delete --force` does for a pod on a lost node). With `uid`,
+        only that object: another of the same name (re-created meanwhile) answers
+        409 and is kept, which counts as gone too."""
         path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         if grace_period is not None:
             body["gracePeriodSeconds"] = grace_period
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
             return await self._request("DELETE", kind, path, body=body)
         except KubeError as error:
-            if error.not_found:
+            if error.not_found or (uid and error.conflict):
                 return None
             raise
 
@@ -422,8 +427,10 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
-    async def delete_job(self, namespace: str, name: str) -> None:
-        await self.delete("HorovodJob", namespace, name)
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
+        """The HorovodJob with `uid` (its TTL passed); a re-applied one of the same
+        name is another job and is kept."""
+        await self.delete("HorovodJob", namespace, name, uid=uid)
 
     async def post_event(
         self,

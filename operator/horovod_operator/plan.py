@@ -117,6 +117,9 @@ class Delete:
     # `warning` as an Event (once per delete it sends).
     grace_period: int | None = None
     warning: str | None = None
+    # The UID of the object this view saw: the delete is conditional on it, so a
+    # same-name object made meanwhile (the user re-applied, another attempt) is kept.
+    uid: str = ""
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ class PodSweep:
     label_selector: str
     field_selector: str  # "" selects every phase
     names: tuple[str, ...]  # the pods this view expects it to delete
+    uids: tuple[str, ...] = ()  # theirs, for one-by-one deletes if the sweep is refused
 
 
 @dataclass

@@ -72,6 +72,7 @@ def worker(
         labels["horovod.ai/job-uid"] = uid_label
     meta: dict[str, Any] = {
         "name": f"j-worker-{i}",
+        "uid": f"pod-{i}",
         "labels": labels,
         "ownerReferences": owned(uid),
     }
@@ -220,7 +221,7 @@ def test_a_gloo_job_succeeds_when_every_worker_pod_has() -> None:
     plan = decide(observe(body(RUNNING, launchMode="gloo"), done, launcher_job()))
     assert stored(plan)["phase"] == "Succeeded"
     # cleanPodPolicy Running: a launcher still waiting for a lost report goes.
-    assert Delete("Job", "j-launcher", "Foreground") in plan.deletes
+    assert Delete("Job", "j-launcher", "Foreground", uid="lj") in plan.deletes
 
 
 def test_the_launcher_waits_for_every_worker_ready_then_is_created() -> None:
@@ -257,7 +258,7 @@ def test_the_launcher_waits_for_every_worker_ready_then_is_created() -> None:
             launcher_job("Complete"),
             "Succeeded",
             [("Normal", "LauncherSucceeded")],
-            [Delete("Pod", "j-worker-0"), Delete("Pod", "j-worker-1")],
+            [Delete("Pod", "j-worker-0", uid="pod-0"), Delete("Pod", "j-worker-1", uid="pod-1")],
         ),
         (
             "worker failed, restart",
@@ -267,9 +268,9 @@ def test_the_launcher_waits_for_every_worker_ready_then_is_created() -> None:
             "Restarting",
             [("Warning", "WorkerFailed")],
             [
-                Delete("Pod", "j-worker-0"),
-                Delete("Pod", "j-worker-1"),
-                Delete("Job", "j-launcher", "Foreground"),
+                Delete("Pod", "j-worker-0", uid="pod-0"),
+                Delete("Pod", "j-worker-1", uid="pod-1"),
+                Delete("Job", "j-launcher", "Foreground", uid="lj"),
             ],
         ),
         (
@@ -279,7 +280,7 @@ def test_the_launcher_waits_for_every_worker_ready_then_is_created() -> None:
             None,
             "Failed",
             [("Warning", "WorkerFailed")],
-            [Delete("Pod", "j-worker-0")],
+            [Delete("Pod", "j-worker-0", uid="pod-0")],
         ),
         (
             "restarting waits for the old attempt",
@@ -298,9 +299,9 @@ def test_the_launcher_waits_for_every_worker_ready_then_is_created() -> None:
             "Failed",
             [("Warning", "DeadlineExceeded")],
             [
-                Delete("Pod", "j-worker-0"),
-                Delete("Pod", "j-worker-1"),
-                Delete("Job", "j-launcher", "Foreground"),
+                Delete("Pod", "j-worker-0", uid="pod-0"),
+                Delete("Pod", "j-worker-1", uid="pod-1"),
+                Delete("Job", "j-launcher", "Foreground", uid="lj"),
             ],
         ),
     ],
@@ -341,6 +342,7 @@ def test_cleanup_sweeps_the_unfinished_workers_by_label_in_one_request() -> None
             f"{SWEEP_LABELS},horovod.ai/job-uid={UID}",
             "status.phase!=Succeeded,status.phase!=Failed",
             ("j-worker-0", "j-worker-1"),
+            ("pod-0", "pod-1"),
         )
     ]
 
@@ -350,9 +352,14 @@ def test_a_restart_sweeps_every_worker_and_deletes_the_launcher() -> None:
     plan = decide(observe(body(RUNNING), pods, launcher_job()))
     assert stored(plan)["phase"] == "Restarting"
     assert plan.sweeps == [
-        PodSweep(f"{SWEEP_LABELS},horovod.ai/job-uid={UID}", "", ("j-worker-0", "j-worker-1"))
+        PodSweep(
+            f"{SWEEP_LABELS},horovod.ai/job-uid={UID}",
+            "",
+            ("j-worker-0", "j-worker-1"),
+            ("pod-0", "pod-1"),
+        )
     ]
-    assert plan.deletes == [Delete("Job", "j-launcher", "Foreground")]
+    assert plan.deletes == [Delete("Job", "j-launcher", "Foreground", uid="lj")]
 
 
 @pytest.mark.parametrize(

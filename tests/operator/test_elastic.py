@@ -156,7 +156,7 @@ def test_a_failed_worker_is_replaced_and_counted_once_without_a_restart() -> Non
     plan = decide(observe(elastic_body(running()), pods, launcher_job()))
     status = stored(plan)
     assert status["phase"] == "Running" and status["restarts"] == 0
-    assert plan.deletes == [Delete("Pod", "j-worker-2")]
+    assert plan.deletes == [Delete("Pod", "j-worker-2", uid="w2-uid")]
     assert status["elastic"]["workerFailures"] == 1
     lost = status["elastic"]["lostWorkers"]
     assert [(w["pod"], w["uid"], w["exitCode"], w["counted"]) for w in lost] == [

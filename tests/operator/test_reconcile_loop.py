@@ -82,7 +82,7 @@ class FakeKube:
         self.calls.append(("get", "HorovodJob", name))
         return copy.deepcopy(JOB)
 
-    async def delete_job(self, namespace: str, name: str) -> None:
+    async def delete_job(self, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete", "HorovodJob", name))
 
     async def post_event(self, job: Mapping[str, Any], type_: str, reason: str, *_: Any) -> None:
