@@ -96,6 +96,10 @@ def decide(seen: Observation) -> Plan:
     except ValidationError as error:
         problem = format_validation_error(error)
     if problem:
+        if _finished(previous):
+            # Its outcome stands, and so do the pods cleanPodPolicy kept: say why the
+            # edit is ignored, touch nothing.
+            return _rejected_without_spec(seen, previous, problem, generation)
         if not _started(previous):
             return _invalid(seen, previous, problem, generation)
         if seen.accepted_spec is None:
@@ -174,6 +178,14 @@ def _started(status: HorovodJobStatus | None) -> bool:
     return status is not None and (status.phase in STARTED_PHASES or status.phase == "Suspended")
 
 
+def _finished(status: HorovodJobStatus | None) -> bool:
+    """Succeeded, or Failed for a reason other than its spec (which an edit may fix)."""
+    if status is None or status.phase not in TERMINAL_PHASES:
+        return False
+    failed = true_condition(status, FAILED)
+    return failed is None or failed.reason != REASON_INVALID_SPEC
+
+
 def _spec_fixed(job: HorovodJob) -> bool:
     """A job failed for an invalid spec whose spec changed since."""
     if job.status is None:
@@ -212,7 +224,7 @@ def _rejected_without_spec(
     seen: Observation, previous: HorovodJobStatus | None, message: str, generation: int
 ) -> Plan:
     """A started job whose spec fails validation, and no accepted spec is known
-    (the operator restarted since): touch nothing, say why."""
+    (the operator restarted since), or a finished job: touch nothing, say why."""
     status = (previous or HorovodJobStatus()).model_copy(deep=True)
     text = (
         f"the edit of generation {generation} is ignored: {message}. The job's pods are "

@@ -450,12 +450,22 @@ class Executor:
         targets = [d for d in deletes if d.name not in memory.deleting]
         for target in targets:
             memory.deleting[target.name] = now
-        await asyncio.gather(
+        results = await asyncio.gather(
             *(
                 self.kube.delete(d.kind, key[0], d.name, d.propagation, d.grace_period, d.uid)
                 for d in targets
-            )
+            ),
+            return_exceptions=True,
         )
+        errors: list[BaseException] = []
+        for target, result in zip(targets, results, strict=True):
+            if isinstance(result, BaseException):
+                # Not in flight: the retry of this reconcile (with backoff) sends it
+                # again, instead of waiting out the pending-write memory (30 s).
+                memory.deleting.pop(target.name, None)
+                errors.append(result)
+        if errors:
+            raise errors[0]
         for target in targets:
             if target.warning is not None and body is not None:
                 await self._post_event(body, Event("Warning", "ForceDeleted", target.warning))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,13 +82,16 @@ def rank0_sources(
 
     if spec.get("elastic"):
         workers = sorted(
-            (int(labels(p).get(names.LABEL_WORKER_INDEX, "0") or 0), p)
-            for p in pods
-            if labels(p).get(names.LABEL_ATTEMPT) == attempt
-            and labels(p).get(names.LABEL_ROLE) == names.ROLE_WORKER
-            and (p.get("status") or {}).get("phase") in ("Running", "Succeeded")
+            (
+                p
+                for p in pods
+                if labels(p).get(names.LABEL_ATTEMPT) == attempt
+                and labels(p).get(names.LABEL_ROLE) == names.ROLE_WORKER
+                and (p.get("status") or {}).get("phase") in ("Running", "Succeeded")
+            ),
+            key=lambda p: (_index(labels(p).get(names.LABEL_WORKER_INDEX)), p["metadata"]["name"]),
         )
-        chosen = [pod for _, pod in workers[:ELASTIC_CANDIDATES]]
+        chosen = workers[:ELASTIC_CANDIDATES]
         role = names.ROLE_WORKER
     elif spec.get("launchMode") == "gloo":
         wanted, role = names.worker_name(body["metadata"]["name"], 0), names.ROLE_WORKER
@@ -237,3 +241,12 @@ class FirstStepWatcher:
             body, "Normal", REASON_TRAINING_STARTED, message, format_time(now_utc())
         )
         logger.info("job %s/%s: %s", *key, message, extra=names.log_fields(*key))
+
+
+def _index(label: str | None) -> int:
+    """A worker's index label as a number; one that is not (a pod labelled by hand)
+    sorts last instead of stopping the scan of every job."""
+    try:
+        return int(label or "")
+    except ValueError:
+        return sys.maxsize

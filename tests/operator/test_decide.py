@@ -475,6 +475,18 @@ def test_a_foreign_object_with_the_name_of_a_child_is_a_conflict() -> None:
     )
 
 
+def test_an_invalid_edit_of_a_finished_job_keeps_what_clean_pod_policy_kept() -> None:
+    done = {**RUNNING, "phase": "Succeeded", "completionTime": NOW_S, "launcher": None}
+    job = body(done, generation=2, runPolicy={"cleanPodPolicy": "None"})
+    job["spec"]["worker"]["replicas"] = -1  # invalid
+    plan = decide(observe(job, [worker(0, "Running"), worker(1, "Running")]))
+    assert plan.deletes == [] and plan.sweeps == [] and plan.creates == []
+    assert stored(plan)["phase"] == "Succeeded"
+    status, reason, message = cond(plan, "SpecRejected")
+    assert (status, reason) == ("True", "InvalidSpec")
+    assert "the edit of generation 2 is ignored" in message
+
+
 def test_a_vanished_launcher_job_fails_the_attempt_and_its_pod_goes_first() -> None:
     stray = launcher_pod(owner=None)
     plan = decide(observe(body(RUNNING), [worker(0), worker(1), stray]))

@@ -88,6 +88,23 @@ def test_an_elastic_jobs_rank_0_is_looked_for_in_its_running_workers_by_index() 
     ]  # fmt: skip
 
 
+def test_a_hand_made_index_label_neither_stops_the_scan_nor_comes_first() -> None:
+    """A pod labelled by hand with a worker index that is no number (or two pods with
+    one index) once raised inside the scan, which stopped it for every job."""
+    body = {
+        "metadata": {"name": "j"},
+        "spec": {"launchMode": "gloo", "elastic": {"minReplicas": 1, "maxReplicas": 8}},
+        "status": {"restarts": 0},
+    }
+    odd = _elastic_pod("j-worker-x", "Running", 0)
+    odd["metadata"]["labels"]["horovod.ai/worker-index"] = "first"
+    twin = _elastic_pod("j-worker-1b", "Running", 1)
+    pods = [odd, twin, _elastic_pod("j-worker-1", "Running", 1)]
+    assert [pod for pod, _ in rank0_sources(body, pods)] == [
+        "j-worker-1", "j-worker-1b", "j-worker-x",
+    ]  # fmt: skip
+
+
 class _Kube:
     """The three calls the watcher makes, recorded; logs served from a dict."""
 

@@ -12,10 +12,13 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from horovod_operator import executor
 from horovod_operator.executor import StaleView
 from horovod_operator.kube import KubeError
-from horovod_operator.memory import Index, Indexes
+from horovod_operator.memory import Index, Indexes, JobMemory
+from horovod_operator.plan import Delete
 from horovod_operator.reconciler import Reconciler, retry_delay
 from horovod_operator.sshkeys import generate_key_pair
 from tests.support.aio import wait_for
@@ -333,3 +336,29 @@ def test_a_job_is_reconciled_at_once_then_at_most_once_per_window() -> None:
         await loop.shutdown()
 
     asyncio.run(run())
+
+
+def test_a_delete_that_failed_is_sent_again_at_the_next_reconcile() -> None:
+    """A DELETE that fails (a 500, a timeout) is not "in flight": the reconcile fails
+    and its retry sends it again, instead of waiting out the 30 s a pending delete
+    is remembered for."""
+    sent: list[str] = []
+
+    class Failing:
+        async def delete(self, kind: str, namespace: str, name: str, *_: Any) -> None:
+            sent.append(name)
+            if name == "j-worker-1" and sent.count(name) == 1:
+                raise KubeError(500, "InternalError", "etcdserver: request timed out")
+
+    ex = executor.Executor(Failing())  # type: ignore[arg-type]
+    memory = JobMemory(uid="u")
+    deletes = [Delete("Pod", "j-worker-0", uid="a"), Delete("Pod", "j-worker-1", uid="b")]
+
+    async def run() -> None:
+        with pytest.raises(KubeError, match="500"):
+            await ex._delete(("ns", "j"), deletes, memory)
+        assert "j-worker-1" not in memory.deleting and "j-worker-0" in memory.deleting
+        await ex._delete(("ns", "j"), deletes, memory)
+
+    asyncio.run(run())
+    assert sent == ["j-worker-0", "j-worker-1", "j-worker-1"]
