@@ -66,9 +66,14 @@ class Reconciler:
     # --- triggering ----------------------------------------------------------------------
 
     def trigger(self, key: Key) -> None:
-        """Ask for a reconcile of `key`; folded into one already waiting or running."""
+        """Ask for a reconcile of `key`; folded into one already waiting or running.
+        A standby keeps nothing per job (its set of keys once grew with every job it
+        heard of, and the new leader paid for it at once): taking over, it
+        reconciles every job in its indexes anyway (activate)."""
+        if not self.active:
+            return
         self._dirty.add(key)
-        if self.active and self.synced and key not in self._tasks:
+        if self.synced and key not in self._tasks:
             self._tasks[key] = asyncio.get_running_loop().create_task(self._run(key))
 
     def mark_synced(self) -> None:
@@ -88,9 +93,14 @@ class Reconciler:
         for key in [*self.executor.indexes.jobs.keys(), *self._dirty]:
             self.trigger(key)
 
+    def pending(self) -> int:
+        """Jobs waiting for a reconcile (a standby: none)."""
+        return len(self._dirty)
+
     def deactivate(self) -> None:
         """Leadership lost: stop at once; the new leader observes from scratch."""
         self.active = False
+        self._dirty.clear()
         for key in list(self._timers):
             self._cancel_timer(key)
         for task in list(self._tasks.values()):

@@ -271,6 +271,10 @@ def test_a_standby_replica_reconciles_nothing_until_it_leads() -> None:
         twin.trigger(KEY)  # an active replica, told the same at the same moment
         await wait_for(lambda: first_write in twin_kube.calls, 5, "the active twin's write")
         assert kube.calls == []
+        # A standby keeps no work per job, however many it hears of.
+        for i in range(10_000):
+            loop.trigger(("ns", f"job-{i}"))
+        assert loop.pending() == 0
         loop.activate()
         await wait_for(lambda: first_write in kube.calls, 5, "the new leader's write")
         await loop.shutdown()
