@@ -39,6 +39,7 @@ from .children import (
 )
 from .conditions import (
     FAILED,
+    REASON_CREATE_FORBIDDEN,
     REASON_DEADLINE,
     REASON_INVALID_SPEC,
     REASON_PROGRESSING,
@@ -343,7 +344,7 @@ def _report_progress(
         status.conditions = set_condition(
             status.conditions, STALLED, True, reason, message, seen.now
         )
-    else:
+    elif not _refusal_pending(status, plan, seen):
         clear_condition(status, STALLED, REASON_PROGRESSING, seen.now)
     blocked = true_condition(status, STALLED)
     if status.phase == "Running":
@@ -369,6 +370,20 @@ def _report_progress(
         plan.creates.clear()
         plan.config_data = None
         _delete_pods(plan, seen, None, with_launcher=True)
+
+
+def _refusal_pending(status: HorovodJobStatus, plan: Plan, seen: Observation) -> bool:
+    """A job Stalled by an API refusal stays so until what was refused is created: a
+    restarted operator has no refusal in memory until it tries again, and clearing
+    the condition meanwhile flipped it False and back (a new lastTransitionTime, a
+    second Warning Event for the same refusal). The status is the durable record."""
+    stalled_by = true_condition(status, STALLED)
+    if stalled_by is None or stalled_by.reason != REASON_CREATE_FORBIDDEN or seen.refusals:
+        return False
+    return any(
+        stalled.refused_phrase(str(obj["kind"]), str(obj["metadata"]["name"])) in stalled_by.message
+        for obj in plan.creates
+    )
 
 
 # --- deleting ----------------------------------------------------------------------------

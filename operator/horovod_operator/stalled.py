@@ -33,6 +33,12 @@ from .phases import due_time
 from .plan import Observation
 
 
+def refused_phrase(kind: str, name: str) -> str:
+    """How a Stalled message names a refused create (and how a later reconcile, with
+    no refusal in memory, finds the object it was about)."""
+    return f"the API server refused to create {kind} {name}"
+
+
 def undiscovered(job: HorovodJob, seen: Observation) -> list[tuple[str, str]]:
     """(feature key, what) of the cluster features this job needs whose discovery
     has not answered yet (discovery.py): nothing of the job is created meanwhile,
@@ -100,7 +106,7 @@ def problems(
             problems.append(
                 (
                     REASON_CREATE_FORBIDDEN,
-                    f"the API server refused to create {refusal.kind} {refusal.name}: "
+                    f"{refused_phrase(refusal.kind, refusal.name)}: "
                     f"{refusal.message}; retrying with backoff",
                 )
             )

@@ -514,6 +514,17 @@ def test_a_403_becomes_stalled_with_the_servers_message_and_a_warning() -> None:
     # The same problem again posts no second Event.
     again = decide(observe(body(stored(plan)), [worker(0)], refusals=[refusal]))
     assert again.events == []
+    # A restarted operator has no refusal in memory until it tries again: the refused
+    # pod still missing, the condition stands as it was (no flip, no second Event).
+    restarted = decide(observe(body(stored(again)), [worker(0)]))
+    assert restarted.events == [] and "Pod/j-worker-1" in created(restarted)
+    assert cond(restarted, "Stalled") == cond(plan, "Stalled")
+    stalled_since = next(c for c in stored(plan)["conditions"] if c["type"] == "Stalled")
+    kept = next(c for c in stored(restarted)["conditions"] if c["type"] == "Stalled")
+    assert kept["lastTransitionTime"] == stalled_since["lastTransitionTime"]
+    # Once the pod exists, the job is no longer stalled by it.
+    created_now = decide(observe(body(stored(restarted)), [worker(0), worker(1)]))
+    assert cond(created_now, "Stalled")[0] == "False"
 
 
 @pytest.mark.parametrize(

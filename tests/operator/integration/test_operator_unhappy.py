@@ -147,6 +147,19 @@ def test_a_quota_refusal_is_named_and_retried_until_it_fits(
         "exceeded quota" in m for r, m in jobs.warnings("squeezed") if r == "CreateForbidden"
     )
     assert "CreateForbidden" in get_columns(cluster, namespace, "squeezed")
+    # An operator restart forgets nothing a user sees: the condition stands with its
+    # first time (no flip to False and back), and no second Warning for the refusal.
+    since = jobs.condition("squeezed", "Stalled")
+    assert since is not None
+    refusals = [m for r, m in jobs.warnings("squeezed") if r == "CreateForbidden"]
+    jobs.op.stop()
+    jobs.op.start()
+    jobs.op.stays(
+        lambda: jobs.condition("squeezed", "Stalled") == since,
+        8.0,
+        "Stalled unchanged across the restart",
+    )
+    assert [m for r, m in jobs.warnings("squeezed") if r == "CreateForbidden"] == refusals
     cluster.kubectl("delete", "resourcequota", "two-pods", "-n", namespace)
     jobs.wait_running("squeezed", timeout=90)
     stalled_after = next(c for c in jobs.status("squeezed")["conditions"] if c["type"] == "Stalled")
