@@ -21,7 +21,8 @@ from typing import Any
 
 import kopf
 
-from . import metrics, watches
+from . import crd, crd_skew, metrics, watches
+from .conditions import format_time, now_utc
 from .connection import load_connection
 from .discovery import KUEUE, Discovery, Feature
 from .first_step import FirstStepWatcher
@@ -47,6 +48,34 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     # double the writes per job.
     settings.posting.enabled = False
     settings.networking.request_timeout = 60
+
+
+async def _check_crd(kube: Kube) -> None:
+    """The installed CRD against this operator's own (crd_skew.py): log, metric, Event."""
+    try:
+        installed = await kube.get("CustomResourceDefinition", "", crd_skew.CRD_NAME)
+    except Exception as error:  # never a reason not to start
+        logger.warning("cannot read the CRD %s to compare it: %s", crd_skew.CRD_NAME, error)
+        return
+    if installed is None:
+        logger.error("the CRD %s is not installed. Fix: %s", crd_skew.CRD_NAME, crd_skew.FIX)
+        return
+    missing = crd_skew.outdated(installed, crd.crd())
+    metrics.CRD_OUTDATED.set(len(missing))
+    if not missing:
+        return
+    text = crd_skew.message(missing)
+    logger.error("%s", text)
+    # Events of a cluster-scoped object live in the default namespace.
+    subject = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {**installed["metadata"], "namespace": "default"},
+    }
+    try:
+        await kube.post_event(subject, "Warning", "CRDOutdated", text, format_time(now_utc()))
+    except Exception as error:
+        logger.warning("could not post the CRDOutdated Event: %s", error)
 
 
 @kopf.on.startup()
@@ -77,6 +106,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # and scheduler-plugins' PodGroups, Kueue's Workloads: detected, never assumed,
     # and failing closed (discovery.py): what did not answer is asked again with
     # backoff, and the jobs that need it wait, Stalled, meanwhile.
+    await _check_crd(kube)
     discovery = Discovery(kube)
     await discovery.check_all()
     reconciler.executor.discovery = discovery

@@ -112,6 +112,7 @@ _PATHS: Final[dict[str, str]] = {
     "ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
     "WorkloadPriorityClass": "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
     "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
 }
 # Kinds that more than one API group names: the PodGroups of Volcano and of
 # scheduler-plugins' coscheduling (podgroups.py), by apiVersion.

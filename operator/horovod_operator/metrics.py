@@ -60,6 +60,12 @@ JOBS: Final = Gauge(
     ["namespace", "phase"],
     registry=REGISTRY,
 )
+CRD_OUTDATED: Final = Gauge(
+    "horovod_operator_crd_outdated_fields",
+    "Schema fields of this operator's HorovodJob CRD that the installed CRD lacks "
+    "(checked at start; 0: up to date). Fix: apply the chart's crds/ of this version.",
+    registry=REGISTRY,
+)
 # Seconds: from seconds (a warm cluster, images present) to an hour (a queue, a pull).
 _WAIT_BUCKETS: Final = (1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
 TIME_TO_RUNNING: Final = Histogram(

@@ -1,5 +1,6 @@
 """Two replicas with --leader-elect against a real API server that writes an audit
-log: one actor at a time, proven by the log of every write the API server took.
+log: one actor at a time, proven by the log of every write the API server took;
+and, in the same control plane of its own, an operator started on an older CRD.
 
 Its own control plane (an audited one; the suite's shared cluster writes no audit
 log). Each replica's requests carry its identity in their User-Agent
@@ -203,3 +204,51 @@ def test_a_throttled_leader_keeps_its_lease_and_acts_alone(
         for op in (leader, standby):
             op.stop()
             print(f"--- {op.log_path.name} ---\n{op.log_tail(40)}")
+
+
+def test_an_older_crd_is_named_at_start_with_the_fix(
+    audited: KubeCluster, ns: str, tmp_path: Path
+) -> None:
+    """helm upgrade without the new CRD: the operator says so in its log, a metric and
+    a Warning Event, with the command that fixes it. (Here, in a control plane of its
+    own, because the CRD is replaced for the test.)"""
+    import copy
+
+    import yaml
+
+    from horovod_operator import crd
+
+    current = crd.crd()
+    old = copy.deepcopy(current)
+    status = old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    del status["properties"]["uncountedRestarts"]
+    apply = ("apply", "--server-side", "--force-conflicts", "-f", "-")
+    audited.kubectl(*apply, input=yaml.safe_dump(old))
+    op = Operator(audited, ns, tmp_path / "op.log")
+    try:
+        op.start()
+        op.wait(lambda: "older than this operator" in op.log_tail(100), 30, "the log says so")
+        assert "status.uncountedRestarts" in op.log_tail(100)
+        assert "kubectl apply --server-side" in op.log_tail(100)
+        metric = op.wait(
+            lambda: next(
+                (
+                    line
+                    for line in op.metrics().splitlines()
+                    if line.startswith("horovod_operator_crd_outdated_fields ")
+                ),
+                None,
+            ),
+            10,
+            "the metric",
+        )
+        assert float(metric.split()[1]) == 1.0
+        events = audited.kubectl(
+            "get", "events", "-n", "default", "--field-selector", "reason=CRDOutdated", "-o", "json"
+        )
+        assert any(
+            "status.uncountedRestarts" in e["message"] for e in json.loads(events.stdout)["items"]
+        )
+    finally:
+        op.stop()
+        audited.kubectl(*apply, input=yaml.safe_dump(current))
