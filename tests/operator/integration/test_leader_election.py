@@ -67,7 +67,12 @@ def _replicas(
     for op in replicas:
         op.extra_args = args
         op.start()
-    holder = replicas[0].wait(lambda: _holder(cluster, namespace), 30, "a leader")
+    try:
+        holder = replicas[0].wait(lambda: _holder(cluster, namespace), 30, "a leader")
+    except BaseException:
+        for op in replicas:  # no leader: the test ends here, and so do they
+            op.stop()
+        raise
     leader = next(op for op in replicas if f"-{op.pid}-" in holder)
     standby = next(op for op in replicas if op is not leader)
     return leader, standby
