@@ -99,14 +99,21 @@ def _fake_go(bin_dir: Path, record: Path) -> None:
     go.chmod(0o755)
 
 
-def test_go_build_cache_is_shared_capped_and_the_users_own_is_kept(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def _fake_go_builds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """gobuild with its cache and lock under tmp_path and _fake_go on PATH; the file
+    that records each GOCACHE the fake was given."""
     monkeypatch.setattr(gobuild, "CACHE", tmp_path / "cache")
     monkeypatch.setattr(gobuild, "HEAVY_LOCK", tmp_path / "heavy.lock")
     record = tmp_path / "gocache.txt"
     _fake_go(tmp_path / "bin", record)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    return record
+
+
+def test_go_build_cache_is_shared_capped_and_the_users_own_is_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    record = _fake_go_builds(monkeypatch, tmp_path)
     monkeypatch.delenv("GOCACHE", raising=False)
     gobuild.build(["etcd", "kwok"])
     # One cache for every tool (the standard library compiles once), kept under its cap.
@@ -133,11 +140,7 @@ def test_go_build_cache_is_shared_capped_and_the_users_own_is_kept(
 def test_a_tool_built_while_waiting_for_the_lock_is_not_built_again(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(gobuild, "CACHE", tmp_path / "cache")
-    monkeypatch.setattr(gobuild, "HEAVY_LOCK", tmp_path / "heavy.lock")
-    record = tmp_path / "gocache.txt"
-    _fake_go(tmp_path / "bin", record)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    record = _fake_go_builds(monkeypatch, tmp_path)
     etcd = gobuild.tool("etcd")
     real_lock = gobuild._heavy_lock
 
