@@ -23,6 +23,7 @@ from tests.support.prerequisites import require_module
 require_module("horovod.runner")
 
 from horovod_worker.elastic_launcher import VERBOSE_ENV
+from horovod_worker.preemption import FINISH_FILE_ENV
 from localcluster.poll import wait_for
 from tests.e2e.test_gloo import gloo_job, processes
 from tests.e2e.test_horovodjob import (
@@ -34,16 +35,41 @@ from tests.e2e.test_horovodjob import (
 from tests.support.cluster import KubeCluster
 from tests.support.nodeagent import Agent, local_pod, pod_phase
 
+# Epochs enough that no test's change lands after the end: the run ends when the
+# test creates the finish file (HVJOB_FINISH_FILE), never on a clock.
+UNTIL_TOLD = 100_000
 
-def elastic_job(name: str, replicas: int, epochs: int) -> dict[str, Any]:
-    job = gloo_job(name, replicas=replicas, extra_args=(f"--epochs={epochs}",))
+
+class FinishGate:
+    """A host folder every worker mounts at /gate: the test creates /gate/finish
+    when what it wants to see has happened, and the ranks end after that epoch."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.chmod(0o755)  # the ranks run as uid 1000
+        self.folder = folder
+
+    def open(self) -> None:
+        (self.folder / "finish").write_text("")
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> FinishGate:
+    return FinishGate(tmp_path)
+
+
+def elastic_job(name: str, replicas: int, gate: FinishGate) -> dict[str, Any]:
+    job = gloo_job(name, replicas=replicas, extra_args=(f"--epochs={UNTIL_TOLD}",))
     job["spec"]["elastic"] = {"minReplicas": 1, "maxReplicas": 3}
     # Every 10 steps a commit (a reset loses at most that many), and a look at SIGTERM.
-    container = job["spec"]["worker"]["template"]["spec"]["containers"][0]
+    spec = job["spec"]["worker"]["template"]["spec"]
+    container = spec["containers"][0]
     container["env"] = [
         {"name": "HVJOB_COMMIT_EVERY", "value": "10"},
         {"name": "HVJOB_STOP_CHECK_EVERY", "value": "5"},
+        {"name": FINISH_FILE_ENV, "value": "/gate/finish"},
     ]
+    container["volumeMounts"] = [{"name": "gate", "mountPath": "/gate", "readOnly": True}]
+    spec["volumes"] = [{"name": "gate", "hostPath": {"path": str(gate.folder)}}]
     # Horovod's driver says what it notifies the ranks of (in the launcher's log).
     launcher = job["spec"]["launcher"]["template"]["spec"]
     launcher["containers"] = [{"name": "launcher", "env": [{"name": VERBOSE_ENV, "value": "2"}]}]
@@ -76,6 +102,11 @@ def events(cluster: KubeCluster, namespace: str, reason: str) -> list[str]:
     return [e["message"] for e in items if e["reason"] == reason]
 
 
+def epoch_at_size(log: str, size: int) -> bool:
+    """Whether rank 0 logged the end of an epoch trained at `size` ranks."""
+    return any(" epoch " in line and line.endswith(f" size={size}") for line in log.splitlines())
+
+
 def started_ranks(log: str) -> int:
     """How many rank processes this worker's agent started."""
     return log.count("elastic_agent: slot 0: started rank")
@@ -91,12 +122,17 @@ def cordoned(cluster: KubeCluster) -> Iterator[list[str]]:
 
 
 def test_an_elastic_job_loses_a_worker_and_finishes_smaller_without_a_restart(
-    cluster: KubeCluster, agent: Agent, operator: Path, namespace: str, cordoned: list[str]
+    cluster: KubeCluster,
+    agent: Agent,
+    operator: Path,
+    namespace: str,
+    cordoned: list[str],
+    gate: FinishGate,
 ) -> None:
     name = "elastic-shrink"
-    cluster.apply(elastic_job(name, replicas=3, epochs=40), namespace)
+    cluster.apply(elastic_job(name, replicas=3, gate=gate), namespace)
     wait_for(
-        lambda: " epoch 3/40 " in log_of(agent, namespace, f"{name}-worker-0"),
+        lambda: f" epoch 3/{UNTIL_TOLD} " in log_of(agent, namespace, f"{name}-worker-0"),
         300, 0.5, "rank 0's third epoch at size 3",
     )  # fmt: skip
     assert "training at 3 rank(s)" in log_of(agent, namespace, f"{name}-launcher")
@@ -117,6 +153,12 @@ def test_an_elastic_job_loses_a_worker_and_finishes_smaller_without_a_restart(
         return status if all(part in message for part in wanted) else None
 
     wait_for(smaller, 120, 0.5, "the job to say it trains with 2 of 3 and why")
+    # An epoch at size 2, then the end.
+    wait_for(
+        lambda: epoch_at_size(rank0_log(agent, namespace, name), 2),
+        120, 0.5, "an epoch at size 2",
+    )  # fmt: skip
+    gate.open()
 
     job = wait_finished(cluster, namespace, name, 600)
     detail = describe(cluster, agent, namespace, name)
@@ -148,7 +190,7 @@ def test_an_elastic_job_loses_a_worker_and_finishes_smaller_without_a_restart(
 
 
 def test_an_elastic_job_grows_when_a_node_frees_its_gpus(
-    cluster: KubeCluster, agent: Agent, operator: Path, namespace: str
+    cluster: KubeCluster, agent: Agent, operator: Path, namespace: str, gate: FinishGate
 ) -> None:
     name = "elastic-grow"
     # Two of the four GPUs held: the job starts with 2 workers, the third waits.
@@ -157,15 +199,12 @@ def test_an_elastic_job_grows_when_a_node_frees_its_gpus(
     )
     cluster.apply(holder, namespace)
     pod_phase(cluster, namespace, "gpu-holder", "Running")
-    # Long enough at size 2 that the newcomer joins before the end: an epoch takes
-    # about 0.15 s at 2 ranks here, and joining takes the holder's exit, a scheduling
-    # retry, the pod's start, its agent's start and a discovery round. With 60 epochs
-    # CI saw the job end at size 2 before the newcomer came; with 400, under load
-    # (a kind cluster loading images alongside), it joined at epoch 53.
-    epochs = 400
-    cluster.apply(elastic_job(name, replicas=2, epochs=epochs), namespace)
+    # The run trains until the newcomer has joined and trained an epoch at size 3
+    # (joining takes the holder's exit, a scheduling retry, the pod's start, its
+    # agent's start and a discovery round: a fixed epoch count raced it).
+    cluster.apply(elastic_job(name, replicas=2, gate=gate), namespace)
     wait_for(
-        lambda: rank0_log(agent, namespace, name, f" epoch 3/{epochs} "),
+        lambda: rank0_log(agent, namespace, name, f" epoch 3/{UNTIL_TOLD} "),
         300, 0.5, "rank 0's third epoch at size 2",
     )  # fmt: skip
     # The scheduler chose which worker waits.
@@ -184,6 +223,11 @@ def test_an_elastic_job_grows_when_a_node_frees_its_gpus(
     assert not [p for p in processes(agent, namespace) if p["pod"] == newcomer]
 
     cluster.kubectl("delete", "pod", "gpu-holder", "-n", namespace, "--wait=false")
+    wait_for(
+        lambda: epoch_at_size(rank0_log(agent, namespace, name), 3),
+        300, 0.5, "an epoch at size 3 after the newcomer joined",
+    )  # fmt: skip
+    gate.open()
     job = wait_finished(cluster, namespace, name, 600)
     detail = describe(cluster, agent, namespace, name)
     status = job["status"]

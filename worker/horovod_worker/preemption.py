@@ -32,6 +32,18 @@ DEFAULT_CHECK_EVERY: Final = 10
 COMMIT_EVERY_ENV: Final = "HVJOB_COMMIT_EVERY"
 DEFAULT_COMMIT_EVERY: Final = 20
 
+# Elastic training: a file whose appearance ends training after the epoch in which
+# any rank saw it, as if --epochs were reached (a run told when to finish, e.g. once
+# it has grown; the look rides on the epoch's metrics allreduce, so it costs nothing).
+FINISH_FILE_ENV: Final = "HVJOB_FINISH_FILE"
+
+
+def finish_file_seen() -> float:
+    """1.0 when HVJOB_FINISH_FILE names a file that exists here, else 0.0 (summed
+    over the ranks, so that all of them end after the same epoch)."""
+    path = os.environ.get(FINISH_FILE_ENV)
+    return 1.0 if path and os.path.exists(path) else 0.0
+
 
 class Preempted(Exception):
     """Every rank stopped at an agreed step after SIGTERM; the message says where."""

@@ -43,8 +43,10 @@ from horovod_worker.devices import cgroup_cpu_limit, default_threads
 from horovod_worker.preemption import (
     COMMIT_EVERY_ENV,
     DEFAULT_COMMIT_EVERY,
+    FINISH_FILE_ENV,
     StopOnSignal,
     elastic_look,
+    finish_file_seen,
 )
 from horovod_worker.tf_trainer import (
     Checkpoints,
@@ -179,7 +181,10 @@ def run(config: TrainConfig) -> dict[str, Any]:
                     _on_signals(state, stop, checkpoints, size)
                 if state.step % commit_every == 0:
                     state.commit()
-            totals = summed([loss_sum, correct, count, time.perf_counter() - started], "train")
+            elapsed = time.perf_counter() - started
+            *totals, finish = summed(
+                [loss_sum, correct, count, elapsed, finish_file_seen()], "train"
+            )
             test_loss, test_accuracy = evaluate(model, dataset, rank, size)
             metrics = EpochMetrics.from_totals(
                 state.epoch + 1, totals, (test_loss, test_accuracy), size, lr
@@ -192,6 +197,10 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 if checkpoints is not None:
                     checkpoints.save(state.epoch, state.step)
             state.commit()
+            if finish:
+                if rank == 0:
+                    log(rank, f"{FINISH_FILE_ENV} exists: training ends after epoch {state.epoch}")
+                break
         return _summary(state, config, dataset, host, choice.describe(), rank, size)
 
     result: dict[str, Any] = train(state)

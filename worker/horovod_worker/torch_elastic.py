@@ -58,8 +58,10 @@ from horovod_worker.devices import cgroup_cpu_limit, default_threads, select_for
 from horovod_worker.preemption import (
     COMMIT_EVERY_ENV,
     DEFAULT_COMMIT_EVERY,
+    FINISH_FILE_ENV,
     StopOnSignal,
     elastic_look,
+    finish_file_seen,
 )
 from horovod_worker.torch_layers import convert_sync_batchnorm
 from horovod_worker.torch_trainer import (
@@ -224,7 +226,9 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 if state.step % commit_every == 0:
                     state.commit()
             elapsed = time.perf_counter() - started
-            totals = summed([loss_sum, correct, count, elapsed], "train")
+            *totals, finish = summed(
+                [loss_sum, correct, count, elapsed, finish_file_seen()], "train"
+            )
             test_loss, test_accuracy = evaluate(state.model, dataset, device, rank, size)
             metrics = EpochMetrics.from_totals(
                 state.epoch + 1, totals, (test_loss, test_accuracy), size, lr
@@ -239,6 +243,10 @@ def run(config: TrainConfig) -> dict[str, Any]:
                     save_checkpoint(config.checkpoint_dir, state, size, state.epoch + 1)
             state.epoch += 1
             state.commit()
+            if finish:
+                if rank == 0:
+                    log(rank, f"{FINISH_FILE_ENV} exists: training ends after epoch {state.epoch}")
+                break
         return _summary(state, config, dataset, device, host, choice.describe(), rank, size)
 
     result: dict[str, Any] = train(state)
