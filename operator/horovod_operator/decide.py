@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from . import builders, elastic, names, queueing, stalled
+from . import accepted, builders, elastic, names, queueing, stalled
 from .api import (
     STARTED_PHASES,
     TERMINAL_PHASES,
@@ -138,8 +138,12 @@ def decide(seen: Observation) -> Plan:
         plan.workload_status = queue.patch
     if status.phase in ("Pending", "Starting", "Running"):
         plan.deletes += lost[0]
+        # The spec this attempt runs on, as the ConfigMap records it (accepted.py).
+        ran_on = (
+            (generation, body.get("spec") or {}) if rejected_edit is None else seen.accepted_raw
+        )
         try:
-            _ensure_children(plan, job, status, seen, queue)
+            _ensure_children(plan, job, status, seen, queue, ran_on)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             return _invalid(
                 seen, job.status, f"spec: cannot build the job's objects: {error}", generation
@@ -261,9 +265,11 @@ def _ensure_children(
     status: HorovodJobStatus,
     seen: Observation,
     queue: queueing.Gate | None = None,
+    ran_on: tuple[int, Mapping[str, Any]] | None = None,
 ) -> None:
     """Create what the attempt lacks; never an object whose name another holds.
-    A job that Kueue admits gets its pods only where the admission puts them."""
+    A job that Kueue admits gets its pods only where the admission puts them.
+    `ran_on`: (generation, raw spec) of the spec it runs on, kept in the ConfigMap."""
     if stalled.undiscovered(job, seen):
         return  # fail closed: nothing until the cluster says what it serves
     children = seen.children
@@ -279,11 +285,16 @@ def _ensure_children(
         want(builders.new_ssh_secret(job, seen.keys, seen.host_key))
     config_map = builders.new_config_map(job)
     if children.config_map is None:
+        if ran_on is not None:
+            config_map["metadata"]["annotations"] = accepted.record(*ran_on)
         want(config_map)
-    elif children.config_map.get("data") != config_map["data"] and not children.workers:
-        # A resume or restart with another shape: the new attempt gets its hostfile
-        # before its pods (a running attempt keeps the one it started with).
-        plan.config_data = config_map["data"]
+    else:
+        if children.config_map.get("data") != config_map["data"] and not children.workers:
+            # A resume or restart with another shape: the new attempt gets its hostfile
+            # before its pods (a running attempt keeps the one it started with).
+            plan.config_data = config_map["data"]
+        if ran_on is not None and accepted.generation(children.config_map) != ran_on[0]:
+            plan.config_annotations = accepted.record(*ran_on)
     if children.service is None:
         want(builders.new_worker_service(job))
 

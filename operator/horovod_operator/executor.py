@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Final
 
-from . import metrics, names, queueing
+from . import accepted, metrics, names, queueing
 from .api import TERMINAL_PHASES, HorovodJobSpec, HorovodJobStatus, parse_status
 from .children import (
     Children,
@@ -159,6 +159,7 @@ class Executor:
                 priority = await self._priority(str(wanted_class))
         now = now_utc()
         generation = int(body["metadata"].get("generation") or 0)
+        ran_on = self._ran_on(memory, children.config_map, generation)
         refusals = [
             r.refusal
             for r in memory.refused.values()
@@ -178,7 +179,8 @@ class Executor:
             now=now,
             refusals=refusals,
             pod_warnings=await self._pod_warnings(key, memory, children, now_s),
-            accepted_spec=self._accepted_spec(memory, generation),
+            accepted_spec=self._accepted_spec(ran_on, generation),
+            accepted_raw=ran_on,
             default_image=self.default_image,
             keys=generate_key_pair() if needs_keys else None,
             host_key=generate_key_pair("horovod-job-host") if needs_keys else None,
@@ -194,13 +196,24 @@ class Executor:
         )
         return seen, memory
 
-    def _accepted_spec(self, memory: JobMemory, generation: int) -> HorovodJobSpec | None:
+    @staticmethod
+    def _ran_on(
+        memory: JobMemory, config_map: Obj | None, generation: int
+    ) -> tuple[int, Obj] | None:
+        """(generation, raw spec) the job last ran on: remembered, or after a restart
+        read from its ConfigMap (accepted.py), parsed only when an edit came since."""
+        if memory.accepted is None and accepted.generation(config_map) not in (None, generation):
+            memory.accepted = accepted.recorded(config_map)
+        return memory.accepted
+
+    def _accepted_spec(
+        self, ran_on: tuple[int, Obj] | None, generation: int
+    ) -> HorovodJobSpec | None:
         """The spec the job last ran on, parsed only when an edit has come since: a
         spec of the generation that was accepted is the body's own."""
-        if memory.accepted is None or memory.accepted[0] == generation:
+        if ran_on is None or ran_on[0] == generation:
             return None
-        context = {"default_image": self.default_image}
-        return HorovodJobSpec.model_validate(memory.accepted[1], context=context)
+        return accepted.parsed(ran_on[1], self.default_image)
 
     async def _flavor(self, name: str) -> Obj | None:
         """A ResourceFlavor, read at most every FLAVOR_TTL seconds."""
@@ -320,13 +333,15 @@ class Executor:
             await self._post_event(body, event)
         await self._sweep(key, plan.sweeps, memory)
         await self._delete(key, plan.deletes, memory, body)
-        if plan.config_data is not None:
+        if plan.config_data is not None or plan.config_annotations is not None:
             meta = body["metadata"]
+            change: dict[str, Any] = {}
+            if plan.config_data is not None:
+                change["data"] = plan.config_data
+            if plan.config_annotations is not None:
+                change["metadata"] = {"annotations": plan.config_annotations}
             await self.kube.merge_patch(
-                "ConfigMap",
-                meta["namespace"],
-                names.config_name(meta["name"]),
-                {"data": plan.config_data},
+                "ConfigMap", meta["namespace"], names.config_name(meta["name"]), change
             )
         retry = await self._create(key, body, plan.creates, memory)
         if plan.workload_status is not None and await self._write_workload_status(

@@ -46,8 +46,10 @@ class Observation:
     # Warning Events of pods that wait to start without a reason in their status
     # (FailedMount only shows there): pod name -> (reason, message).
     pod_warnings: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    # The spec this job last ran with, for an edit that fails validation later.
+    # The spec this job last ran with, for an edit that fails validation later, and
+    # its raw form with its generation (kept in the ConfigMap: accepted.py).
     accepted_spec: HorovodJobSpec | None = None
+    accepted_raw: tuple[int, Obj] | None = None
     default_image: str | None = None
     # Fresh key pairs (client and host), given when the job's SSH Secret does not exist.
     keys: KeyPair | None = None
@@ -145,6 +147,8 @@ class Plan:
     sweeps: list[PodSweep] = field(default_factory=list)
     creates: list[dict[str, Any]] = field(default_factory=list)
     config_data: dict[str, str] | None = None  # new data of the job's ConfigMap
+    # New annotations of the job's ConfigMap: the spec now accepted (accepted.py).
+    config_annotations: dict[str, str] | None = None
     delete_job: bool = False  # ttlSecondsAfterFinished passed
     requeue_after: float | None = None
     accepted_spec: HorovodJobSpec | None = None  # remember this spec as accepted

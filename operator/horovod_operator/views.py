@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from . import accepted
+
 Obj = dict[str, Any]
 
 # What the decisions read of a pod (children.py).
@@ -71,7 +73,13 @@ def slim_owned(body: Mapping[str, Any], keep_data: bool = False) -> Obj:
 
 
 def slim_config_map(body: Mapping[str, Any]) -> Obj:
-    return slim_owned(body, keep_data=True)
+    """And the spec the job last accepted (accepted.py), kept in its annotations."""
+    slim = slim_owned(body, keep_data=True)
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    kept = {key: annotations[key] for key in accepted.ANNOTATIONS if key in annotations}
+    if kept:
+        slim["metadata"]["annotations"] = kept
+    return slim
 
 
 def slim_workload(body: Mapping[str, Any]) -> Obj:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from localcluster.paths import REPO
+from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster, fresh_namespace, session_cluster
 from tests.support.operator import Jobs, Operator
 
@@ -42,6 +43,40 @@ def crd(cluster: KubeCluster) -> None:
     cluster.kubectl(
         "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
     )
+    garbage_collector_knows_horovodjobs(cluster)
+
+
+def garbage_collector_knows_horovodjobs(cluster: KubeCluster) -> None:
+    """Wait until kube-controller-manager's garbage collector removes what a deleted
+    HorovodJob owned. It learns of a new CRD only at its next discovery round (about
+    30 s): a test that deletes a job in the first minute of a fresh cluster and waits
+    for its children to go raced that round (delete-and-reapply did, run alone)."""
+    probe = {
+        "apiVersion": "horovod.ai/v1alpha1",
+        "kind": "HorovodJob",
+        "metadata": {"name": "gc-probe"},
+        "spec": {"image": "none", "command": ["true"], "worker": {"replicas": 1}},
+    }
+    with fresh_namespace(cluster, "gc-probe") as namespace:
+        cluster.apply(probe, namespace)
+        uid = cluster.get("hj", "gc-probe", namespace)["metadata"]["uid"]
+        owned = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "gc-probe-owned",
+                "ownerReferences": [
+                    {"apiVersion": "horovod.ai/v1alpha1", "kind": "HorovodJob",
+                     "name": "gc-probe", "uid": uid}
+                ],
+            },
+        }  # fmt: skip
+        cluster.apply(owned, namespace)
+        cluster.kubectl("delete", "hj", "gc-probe", "-n", namespace, "--wait=false")
+        wait_for(
+            lambda: not cluster.exists("configmap", "gc-probe-owned", namespace),
+            120, 0.5, "the garbage collector to remove what a deleted HorovodJob owned",
+        )  # fmt: skip
 
 
 @pytest.fixture

@@ -338,7 +338,25 @@ def test_an_invalid_edit_of_a_running_job_is_rejected_and_it_runs_on(
         "the running pods untouched",
     )
     assert jobs.op.pod_deletes() == 0
-    # The job runs to its end on the spec it accepted.
+    # The spec it runs on is kept in its ConfigMap, not only in the operator's memory.
+    config = cluster.get("configmap", "edited-config", namespace)["metadata"]["annotations"]
+    assert config["horovod.ai/accepted-generation"] == "1"
+    assert json.loads(config["horovod.ai/accepted-spec"])["worker"]["replicas"] == 2
+    # A restart (or a failover: the new leader is a new process too) forgets none of
+    # it: the rejection stands as it was, no second Warning, the pods untouched...
+    warnings = jobs.warnings("edited")
+    jobs.op.stop()
+    jobs.op.start()
+    jobs.op.stays(
+        lambda: (
+            jobs.condition("edited", "SpecRejected") == rejected
+            and sorted(p["metadata"]["uid"] for p in jobs.pods("edited")) == pods
+        ),
+        4.0,
+        "the rejection and the pods unchanged across the restart",
+    )
+    assert jobs.warnings("edited") == warnings
+    # ...and the job runs to its end on the spec it accepted.
     cluster.set_pod_phase(namespace, launcher, "Succeeded")
     jobs.wait_phase("edited", "Succeeded")
 
