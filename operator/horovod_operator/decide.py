@@ -22,8 +22,10 @@ from .api import (
     STARTED_PHASES,
     TERMINAL_PHASES,
     HorovodJob,
+    HorovodJobSpec,
     HorovodJobStatus,
     ObjectMeta,
+    RunPolicy,
     format_validation_error,
     parse_job,
     parse_status,
@@ -90,6 +92,7 @@ def decide(seen: Observation) -> Plan:
     previous = parse_status(body.get("status"))
     generation = int(meta.get("generation") or 0)
     rejected_edit: str | None = None
+    stand_in = False  # driven on a stand-in spec: the accepted one is lost
     job: HorovodJob | None = None
     try:
         job = parse_job(body, seen.default_image)
@@ -103,13 +106,16 @@ def decide(seen: Observation) -> Plan:
             return _rejected_without_spec(seen, previous, problem, generation)
         if not _started(previous):
             return _invalid(seen, previous, problem, generation)
-        if seen.accepted_spec is None:
-            return _rejected_without_spec(seen, previous, problem, generation)
-        # A started job runs on the spec it last accepted.
-        job = HorovodJob(
-            metadata=ObjectMeta.model_validate(meta), spec=seen.accepted_spec, status=previous
-        )
+        spec = seen.accepted_spec
+        stand_in = spec is None
         rejected_edit = f"the edit of generation {generation} is ignored: {problem}"
+        if spec is None:
+            spec = _stand_in_spec(body, previous)
+            if spec is None:
+                return _rejected_without_spec(seen, previous, problem, generation)
+            rejected_edit += f". {_STAND_IN}"
+        # A started job runs on the spec it last accepted.
+        job = HorovodJob(metadata=ObjectMeta.model_validate(meta), spec=spec, status=previous)
     assert job is not None
     if _spec_fixed(job):
         job.status = None  # failed for its spec, and the spec changed: start afresh
@@ -138,6 +144,12 @@ def decide(seen: Observation) -> Plan:
         plan.workload_status = queue.patch
     if status.phase in ("Pending", "Starting", "Running"):
         plan.deletes += lost[0]
+        if stand_in:
+            # Nothing is created from a stand-in: it has no templates.
+            _report_progress(plan, job, status, seen)
+            plan.events = _events(previous, status) + lost[1]
+            _requeue_for_timers(plan, job, status, seen.now)
+            return plan
         # The spec this attempt runs on, as the ConfigMap records it (accepted.py).
         ran_on = (
             (generation, body.get("spec") or {}) if rejected_edit is None else seen.accepted_raw
@@ -223,6 +235,43 @@ def _invalid(
     if seen.kueue_api:
         plan.workload_status = queueing.finished_patch(seen.children, status, seen.now)
     return plan
+
+
+_STAND_IN: Final = (
+    "The spec it last accepted is lost (not in its ConfigMap), so the job runs to its "
+    "end on the pods it has: no restart and no new pod; fix the spec to manage it fully"
+)
+
+
+def _stand_in_spec(
+    body: Mapping[str, Any], previous: HorovodJobStatus | None
+) -> HorovodJobSpec | None:
+    """A started job with a rejected edit whose accepted spec is lost (its ConfigMap was
+    deleted, or the spec was too big to keep): enough of a spec to drive it to its end
+    on its children. The worker count the status recorded, the launch mode, and the
+    edit's runPolicy where that part is valid (else the defaults), with no restart:
+    the outcome is read, timers fire, cleanPodPolicy and the TTL apply. None for an
+    elastic job (its size is not in the status the same way): left alone as before."""
+    raw = body.get("spec") or {}
+    if raw.get("elastic") or previous is None or previous.workers is None:
+        return None
+    policy: dict[str, Any] = raw["runPolicy"] if isinstance(raw.get("runPolicy"), dict) else {}
+    try:
+        RunPolicy.model_validate(policy)
+    except ValidationError:
+        policy = {}
+    mode = raw.get("launchMode") if raw.get("launchMode") in ("mpi", "gloo") else "mpi"
+    stand_in = {
+        "image": "unknown",
+        "command": ["unknown"],
+        "launchMode": mode,
+        "worker": {"replicas": previous.workers.replicas},
+        "runPolicy": {**policy, "backoffLimit": 0},
+    }
+    try:
+        return HorovodJobSpec.model_validate(stand_in)
+    except ValidationError:
+        return None
 
 
 def _rejected_without_spec(

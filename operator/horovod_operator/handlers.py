@@ -118,6 +118,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
     )
     memo.first_step = asyncio.create_task(watcher.run())
+    memo.loop_lag = asyncio.create_task(metrics.measure_loop_lag())
     memo.elector = None
     memo.elector_kube = None
     if config.leader_elect:
@@ -196,7 +197,7 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    for name in ("elector", "first_step", "discovery"):
+    for name in ("elector", "first_step", "discovery", "loop_lag"):
         task: asyncio.Task[None] | None = getattr(memo, name, None)
         if task is not None:
             task.cancel()

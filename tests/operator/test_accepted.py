@@ -124,3 +124,52 @@ def test_after_a_restart_the_record_is_read_and_the_job_finishes_on_it() -> None
 def test_the_record_is_compact_json() -> None:
     text = accepted.record(1, {"b": 1, "a": [1, 2]})[accepted.SPEC]
     assert text == '{"a":[1,2],"b":1}' and json.loads(text) == {"a": [1, 2], "b": 1}
+
+
+# --- the accepted spec lost: a stand-in drives the job to its end -------------------------
+
+
+def test_a_lost_spec_still_runs_to_its_end_on_its_pods() -> None:
+    edited = body(RUNNING, generation=2, worker=BAD_TEMPLATE)
+    objects = infra()
+    objects["config_maps"] = []  # deleted while the operator was down
+    running = decide(observe(edited, ALL_UP, launcher_job(), objects=objects))
+    assert stored(running)["phase"] == "Running"
+    rejected = cond(running, "SpecRejected")
+    assert rejected[0] == "True" and "The spec it last accepted is lost" in rejected[2]
+    # Nothing is built from a stand-in: not even the ConfigMap it lost.
+    assert running.creates == [] and running.deletes == []
+    # The launcher completed: Succeeded, and the running workers are cleaned up
+    # (cleanPodPolicy Running, the default).
+    done = decide(observe(edited, ALL_UP, launcher_job("Complete"), objects=objects))
+    assert stored(done)["phase"] == "Succeeded"
+    assert done.creates == []
+    assert {d.name for d in done.deletes} | {n for s in done.sweeps for n in s.names} >= {
+        "j-worker-0",
+        "j-worker-1",
+    }
+
+
+def test_a_lost_spec_ends_a_failed_attempt_without_a_restart() -> None:
+    edited = body(RUNNING, generation=2, worker=BAD_TEMPLATE)
+    objects = infra()
+    objects["config_maps"] = []
+    failed = decide(observe(edited, ALL_UP, launcher_job("Failed"), objects=objects))
+    status = stored(failed)
+    assert status["phase"] == "Failed", status
+    assert failed.creates == []
+
+
+def test_a_lost_spec_uses_the_edits_valid_run_policy() -> None:
+    # The template is broken, the runPolicy fine: its deadline applies.
+    edited = body(
+        {**RUNNING, "startTime": "2000-01-01T00:00:00Z"},
+        generation=2,
+        worker=BAD_TEMPLATE,
+        runPolicy={"activeDeadlineSeconds": 60},
+    )
+    objects = infra()
+    objects["config_maps"] = []
+    plan = decide(observe(edited, ALL_UP, launcher_job(), objects=objects))
+    status = stored(plan)
+    assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded")

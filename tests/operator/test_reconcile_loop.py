@@ -19,7 +19,7 @@ from horovod_operator.executor import StaleView
 from horovod_operator.kube import KubeError
 from horovod_operator.memory import Index, Indexes, JobMemory
 from horovod_operator.plan import Delete
-from horovod_operator.reconciler import Reconciler, retry_delay
+from horovod_operator.reconciler import TRIGGER_CHUNK, Reconciler, retry_delay
 from horovod_operator.sshkeys import generate_key_pair
 from tests.support.aio import wait_for
 
@@ -281,6 +281,42 @@ def test_a_standby_replica_reconciles_nothing_until_it_leads() -> None:
         await twin.shutdown()
 
     asyncio.run(run())
+
+
+def test_a_takeover_triggers_its_jobs_a_chunk_per_loop_iteration() -> None:
+    """All at once, every job's reconcile was ready together and asyncio ran them all
+    before any timer: 10,000 jobs blocked the loop 0.8 s (bench/takeover.py)."""
+    kube = FakeKube()
+    loop = reconciler(kube)
+    loop.active = False
+    finished = copy.deepcopy(JOB)
+    finished["status"] = {"phase": "Succeeded", "restarts": 0}
+    count = 5 * TRIGGER_CHUNK
+    loop.executor.indexes = loop_indexes(
+        jobs={("ns", f"job-{i}"): [finished] for i in range(count)}
+    )
+    passes: list[tuple[str, str]] = []
+    reconcile = loop.reconcile
+
+    async def counted(key: tuple[str, str]) -> float | None:
+        passes.append(key)
+        return await reconcile(key)
+
+    loop.reconcile = counted  # type: ignore[method-assign]
+
+    async def run() -> None:
+        loop.activate()
+        started: list[int] = []
+        for _ in range(3):
+            await asyncio.sleep(0)
+            started.append(len(loop._tasks) + len(passes))
+        assert started[0] <= TRIGGER_CHUNK < count, started
+        assert started[2] <= 3 * TRIGGER_CHUNK, started
+        await wait_for(lambda: len(passes) >= count or None, 10, "every job reconciled")
+        await loop.shutdown()
+
+    asyncio.run(run())
+    assert sorted(passes) == sorted(("ns", f"job-{i}") for i in range(count))
 
 
 def test_a_finished_job_without_its_secret_generates_no_keys(monkeypatch: Any) -> None:

@@ -9,6 +9,7 @@ operator's log tail is part of the assertion message.
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -546,6 +547,9 @@ def test_health_and_metrics_endpoints(jobs: Jobs, namespace: str, cluster: KubeC
     assert "horovod_operator_jobs_created_total 1.0" in metrics
     assert "horovod_operator_jobs_succeeded_total 1.0" in metrics
     assert "horovod_operator_reconcile_duration_seconds_count" in metrics
+    # The loop's lag is measured from the start (a sample every 0.1 s).
+    lag_samples = re.search(r"^horovod_operator_event_loop_lag_seconds_count (\S+)$", metrics, re.M)
+    assert lag_samples is not None and float(lag_samples.group(1)) >= 1, metrics
     namespace_label = f'namespace="{namespace}"'
     assert f'horovod_operator_jobs{{{namespace_label},phase="Succeeded"}} 1.0' in metrics
     assert f'horovod_operator_jobs{{{namespace_label},phase="Running"}} 0.0' in metrics

@@ -361,6 +361,40 @@ def test_an_invalid_edit_of_a_running_job_is_rejected_and_it_runs_on(
     jobs.wait_phase("edited", "Succeeded")
 
 
+def test_a_rejected_edit_whose_accepted_spec_is_lost_still_ends(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    jobs.apply(hvjob("orphaned", replicas=2))
+    launcher = jobs.wait_running("orphaned")
+    patch = {"spec": {"worker": {"template": {"spec": {"containers": [None]}}}}}
+    cluster.kubectl(
+        "patch", "hvjob", "orphaned", "-n", namespace, "--type=merge", "-p", json.dumps(patch)
+    )
+    jobs.op.wait(lambda: jobs.condition("orphaned", "SpecRejected"), 20, "SpecRejected")
+    # While the operator is down, the record of the accepted spec goes with its ConfigMap.
+    jobs.op.stop()
+    cluster.kubectl("delete", "configmap", "orphaned-config", "-n", namespace)
+    jobs.op.start()
+    rejected = jobs.op.wait(
+        lambda: (
+            (c := jobs.condition("orphaned", "SpecRejected")) and "is lost" in c["message"] and c
+        ),
+        20,
+        "the rejection naming the lost spec",
+    )
+    assert "runs to its end on the pods it has" in rejected["message"]
+    # Nothing is created from what is left (the ConfigMap stays gone)...
+    jobs.op.stays(
+        lambda: not cluster.exists("configmap", "orphaned-config", namespace),
+        2.0,
+        "no ConfigMap rebuilt from a stand-in",
+    )
+    # ...and the job still ends, its workers cleaned up (cleanPodPolicy Running).
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    jobs.wait_phase("orphaned", "Succeeded")
+    jobs.op.wait(lambda: not jobs.pods("orphaned"), 30, "the workers deleted")
+
+
 @pytest.fixture
 def newer_crd(cluster: KubeCluster) -> Any:
     """The CRD of a newer release: its status has a field this operator does not know."""
