@@ -220,3 +220,58 @@ def test_leader_election_fails_over_without_a_second_child(
         for op in replicas:
             op.stop()
             print(f"--- {op.log_path.name} ---\n{op.log_tail(40)}")
+
+
+def test_a_rejected_edit_survives_a_failover_and_the_job_ends(
+    cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path
+) -> None:
+    """The spec a job runs on after a rejected edit is not the leader's memory: the new
+    leader finds it in the job's ConfigMap (accepted.py) and drives the job to its end."""
+    args = ["--leader-elect", "--leader-election-namespace", namespace]
+    args += ["--leader-election-id", "op"]
+    replicas = [Operator(cluster, namespace, tmp_path / f"op-{i}.log") for i in range(2)]
+    for op in replicas:
+        op.extra_args = args
+        op.start()
+    try:
+        jobs = Jobs(cluster, namespace, replicas[0])
+        holder = jobs.op.wait(
+            lambda: (lease := _lease(cluster, namespace)) and lease["holderIdentity"],
+            30,
+            "a leader",
+        )
+        leader = next(op for op in replicas if f"-{op.pid}-" in holder)
+        standby = next(op for op in replicas if op is not leader)
+        jobs.op = leader
+        jobs.apply(hvjob("kept", replicas=2))
+        launcher = jobs.wait_running("kept")
+        pods = sorted(p["metadata"]["uid"] for p in jobs.pods("kept"))
+        patch = {"spec": {"worker": {"template": {"spec": {"containers": [None]}}}}}
+        cluster.kubectl(
+            "patch", "hvjob", "kept", "-n", namespace, "--type=merge", "-p", json.dumps(patch)
+        )
+        rejected = jobs.op.wait(lambda: jobs.condition("kept", "SpecRejected"), 20, "rejected")
+        warnings = jobs.warnings("kept")
+        leader.stop()  # SIGTERM: it releases the Lease
+        jobs.op = standby
+        standby.wait(
+            lambda: (lease := _lease(cluster, namespace)) and lease["holderIdentity"] != holder,
+            30,
+            "the standby takes the lease",
+        )
+        standby.stays(
+            lambda: (
+                jobs.condition("kept", "SpecRejected") == rejected
+                and sorted(p["metadata"]["uid"] for p in jobs.pods("kept")) == pods
+            ),
+            3.0,
+            "the rejection and the pods unchanged across the failover",
+        )
+        assert jobs.warnings("kept") == warnings
+        cluster.set_pod_phase(namespace, launcher, "Succeeded")
+        jobs.wait_phase("kept", "Succeeded", timeout=30)
+        jobs.op.wait(lambda: not jobs.pods("kept"), 30, "the workers cleaned up")
+    finally:
+        for op in replicas:
+            op.stop()
+            print(f"--- {op.log_path.name} ---\n{op.log_tail(40)}")
