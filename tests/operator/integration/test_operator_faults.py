@@ -222,27 +222,84 @@ def test_leader_election_fails_over_without_a_second_child(
             print(f"--- {op.log_path.name} ---\n{op.log_tail(40)}")
 
 
-def test_a_rejected_edit_survives_a_failover_and_the_job_ends(
-    cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path
-) -> None:
-    """The spec a job runs on after a rejected edit is not the leader's memory: the new
-    leader finds it in the job's ConfigMap (accepted.py) and drives the job to its end."""
+def _two_replicas(
+    cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> tuple[list[Operator], Operator, Operator, str]:
+    """Two --leader-elect replicas started: (both, the leader, the standby, its id)."""
     args = ["--leader-elect", "--leader-election-namespace", namespace]
     args += ["--leader-election-id", "op"]
     replicas = [Operator(cluster, namespace, tmp_path / f"op-{i}.log") for i in range(2)]
     for op in replicas:
         op.extra_args = args
         op.start()
+    holder = replicas[0].wait(
+        lambda: (lease := _lease(cluster, namespace)) and lease["holderIdentity"],
+        30,
+        "a leader",
+    )
+    leader = next(op for op in replicas if f"-{op.pid}-" in holder)
+    standby = next(op for op in replicas if op is not leader)
+    return replicas, leader, standby, holder
+
+
+def _fail_over(cluster: KubeCluster, namespace: str, leader: Operator, standby: Operator,
+               holder: str) -> None:  # fmt: skip
+    leader.stop()  # SIGTERM: it releases the Lease
+    standby.wait(
+        lambda: (lease := _lease(cluster, namespace)) and lease["holderIdentity"] != holder,
+        30,
+        "the standby takes the lease",
+    )
+
+
+def test_a_refusal_survives_a_failover_without_a_flip_or_a_second_warning(
+    cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path
+) -> None:
+    replicas, leader, standby, holder = _two_replicas(cluster, namespace, tmp_path)
     try:
-        jobs = Jobs(cluster, namespace, replicas[0])
-        holder = jobs.op.wait(
-            lambda: (lease := _lease(cluster, namespace)) and lease["holderIdentity"],
+        jobs = Jobs(cluster, namespace, leader)
+        quota = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "one-pod"},
+            "spec": {"hard": {"pods": "1"}},
+        }
+        cluster.apply(quota, namespace)
+        jobs.op.wait(
+            lambda: (
+                cluster.get("resourcequota", "one-pod", namespace).get("status", {}).get("hard")
+            ),
             30,
-            "a leader",
+            "quota computed",
         )
-        leader = next(op for op in replicas if f"-{op.pid}-" in holder)
-        standby = next(op for op in replicas if op is not leader)
-        jobs.op = leader
+        jobs.apply(hvjob("held", replicas=2))
+        stalled = jobs.op.wait(lambda: jobs.condition("held", "Stalled"), 30, "Stalled")
+        assert stalled["reason"] == "CreateForbidden"
+        refusals = [m for r, m in jobs.warnings("held") if r == "CreateForbidden"]
+        _fail_over(cluster, namespace, leader, standby, holder)
+        jobs.op = standby
+        standby.stays(
+            lambda: jobs.condition("held", "Stalled") == stalled,
+            6.0,
+            "Stalled unchanged across the failover",
+        )
+        assert [m for r, m in jobs.warnings("held") if r == "CreateForbidden"] == refusals
+        cluster.kubectl("delete", "resourcequota", "one-pod", "-n", namespace)
+        jobs.wait_running("held", timeout=90)
+    finally:
+        for op in replicas:
+            op.stop()
+            print(f"--- {op.log_path.name} ---\n{op.log_tail(40)}")
+
+
+def test_a_rejected_edit_survives_a_failover_and_the_job_ends(
+    cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path
+) -> None:
+    """The spec a job runs on after a rejected edit is not the leader's memory: the new
+    leader finds it in the job's ConfigMap (accepted.py) and drives the job to its end."""
+    replicas, leader, standby, holder = _two_replicas(cluster, namespace, tmp_path)
+    try:
+        jobs = Jobs(cluster, namespace, leader)
         jobs.apply(hvjob("kept", replicas=2))
         launcher = jobs.wait_running("kept")
         pods = sorted(p["metadata"]["uid"] for p in jobs.pods("kept"))
@@ -252,13 +309,8 @@ def test_a_rejected_edit_survives_a_failover_and_the_job_ends(
         )
         rejected = jobs.op.wait(lambda: jobs.condition("kept", "SpecRejected"), 20, "rejected")
         warnings = jobs.warnings("kept")
-        leader.stop()  # SIGTERM: it releases the Lease
+        _fail_over(cluster, namespace, leader, standby, holder)
         jobs.op = standby
-        standby.wait(
-            lambda: (lease := _lease(cluster, namespace)) and lease["holderIdentity"] != holder,
-            30,
-            "the standby takes the lease",
-        )
         standby.stays(
             lambda: (
                 jobs.condition("kept", "SpecRejected") == rejected
