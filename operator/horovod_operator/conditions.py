@@ -53,6 +53,14 @@ REASON_RESIZED: Final = "Resized"
 # ...) is used as it is.
 REASON_PROGRESSING: Final = "Progressing"
 REASON_CREATE_FORBIDDEN: Final = "CreateForbidden"
+# A create answered 429 (API Priority and Fairness) or 5xx (an admission webhook that
+# is down with failurePolicy Fail, an overloaded or restarting API server).
+REASON_CREATE_THROTTLED: Final = "CreateThrottled"
+REASON_CREATE_FAILED: Final = "CreateFailed"
+# The Stalled reasons of a refused create: they stand until the object is created.
+REFUSAL_REASONS: Final = frozenset(
+    {REASON_CREATE_FORBIDDEN, REASON_CREATE_THROTTLED, REASON_CREATE_FAILED}
+)
 REASON_CHILD_CONFLICT: Final = "ChildConflict"
 REASON_OLD_CHILD: Final = "WaitingForPreviousJob"
 REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"

@@ -41,7 +41,6 @@ from .children import (
 )
 from .conditions import (
     FAILED,
-    REASON_CREATE_FORBIDDEN,
     REASON_DEADLINE,
     REASON_INVALID_SPEC,
     REASON_PROGRESSING,
@@ -49,6 +48,7 @@ from .conditions import (
     REASON_STARTING_LAUNCHER,
     REASON_STARTUP_TIMEOUT,
     REASON_WAITING,
+    REFUSAL_REASONS,
     SPEC_REJECTED,
     STALLED,
     clear_condition,
@@ -438,7 +438,7 @@ def _refusal_pending(status: HorovodJobStatus, plan: Plan, seen: Observation) ->
     the condition meanwhile flipped it False and back (a new lastTransitionTime, a
     second Warning Event for the same refusal). The status is the durable record."""
     stalled_by = true_condition(status, STALLED)
-    if stalled_by is None or stalled_by.reason != REASON_CREATE_FORBIDDEN or seen.refusals:
+    if stalled_by is None or stalled_by.reason not in REFUSAL_REASONS or seen.refusals:
         return False
     return any(
         stalled.refused_phrase(str(obj["kind"]), str(obj["metadata"]["name"])) in stalled_by.message

@@ -517,7 +517,7 @@ class Executor:
         except KubeError as error:
             if error.conflict:
                 return await self._already_exists(memory, obj, generation)
-            if error.status == 403 or error.status in (400, 413, 422):
+            if refused(error.status):
                 self._refuse(memory, obj, error.status, error.message, generation)
                 return False
             raise
@@ -562,6 +562,14 @@ class Executor:
         )
         metrics.API_REFUSALS.labels(kind=obj["kind"], code=str(code)).inc()
         logger.warning("refused: %s %s (%s): %s", obj["kind"], name, code, message)
+
+
+def refused(status: int) -> bool:
+    """Whether a create's failure is reported on the job (Stalled, an Event) and tried
+    again after a backoff: a refusal (403; 400, 413, 422 are permanent), throttling
+    (429) or a server error (5xx: a webhook down with failurePolicy Fail). Those were
+    once only retried, and a job said "0/2 ready" for 20 minutes without a cause."""
+    return status in (400, 403, 413, 422, 429) or status >= 500
 
 
 class StaleView(Exception):

@@ -24,7 +24,9 @@ from .children import (
 )
 from .conditions import (
     REASON_CHILD_CONFLICT,
+    REASON_CREATE_FAILED,
     REASON_CREATE_FORBIDDEN,
+    REASON_CREATE_THROTTLED,
     REASON_DISCOVERY_PENDING,
     REASON_GANG_UNAVAILABLE,
     REASON_OLD_CHILD,
@@ -112,6 +114,15 @@ def problems(
             )
         elif refusal.code == 409:
             problems.append((REASON_CHILD_CONFLICT, refusal.message))
+        elif refusal.code == 429 or refusal.code >= 500:
+            reason = REASON_CREATE_THROTTLED if refusal.code == 429 else REASON_CREATE_FAILED
+            problems.append(
+                (
+                    reason,
+                    f"{refused_phrase(refusal.kind, refusal.name)} ({refusal.code}): "
+                    f"{refusal.message}; retrying with backoff",
+                )
+            )
     # An elastic job's waiting workers are capacity it may get, not a stall, once
     # those it starts with run (decide.py puts them in the job's message).
     running = status.workers.running if status.workers else 0

@@ -503,14 +503,25 @@ def test_a_vanished_launcher_job_fails_the_attempt_and_its_pod_goes_first() -> N
 # --- refusals and stuck states ------------------------------------------------------------
 
 
-def test_a_403_becomes_stalled_with_the_servers_message_and_a_warning() -> None:
-    refusal = Refusal("Pod", "j-worker-1", 403, "exceeded quota: q, requested: pods=1", 1, "worker")
+@pytest.mark.parametrize(
+    ("code", "said", "expected"),
+    [
+        (403, "exceeded quota: q, requested: pods=1", "CreateForbidden"),
+        (429, "Too many requests, please try again later.", "CreateThrottled"),
+        (500, 'failed calling webhook "deny.example.com": connection refused', "CreateFailed"),
+        (503, "the server is currently unable to handle the request", "CreateFailed"),
+    ],
+)
+def test_a_refused_create_becomes_stalled_with_the_servers_message_and_a_warning(
+    code: int, said: str, expected: str
+) -> None:
+    refusal = Refusal("Pod", "j-worker-1", code, said, 1, "worker")
     plan = decide(observe(body(), [worker(0)], refusals=[refusal]))
     status, reason, message = cond(plan, "Stalled")
-    assert (status, reason) == ("True", "CreateForbidden")
-    assert "Pod j-worker-1: exceeded quota: q" in message
-    assert stored(plan)["reason"] == "CreateForbidden"
-    assert plan.events == [Event("Warning", "CreateForbidden", message)]
+    assert (status, reason) == ("True", expected)
+    assert "Pod j-worker-1" in message and said in message
+    assert stored(plan)["reason"] == expected
+    assert plan.events == [Event("Warning", expected, message)]
     # The same problem again posts no second Event.
     again = decide(observe(body(stored(plan)), [worker(0)], refusals=[refusal]))
     assert again.events == []
@@ -1374,3 +1385,19 @@ def test_without_kueue_the_queue_is_only_a_label() -> None:
     plan = decide(observe(body(scheduling=QUEUE)))
     assert created(plan) == ["Pod/j-worker-0", "Pod/j-worker-1"]
     assert plan.creates[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpus"
+
+
+def test_a_startup_timeout_names_the_refusal_that_held_the_job() -> None:
+    refusal = Refusal("Pod", "j-worker-1", 503, "the server is currently unable", 1, "worker")
+    held = decide(observe(body(), [worker(0)], refusals=[refusal]))
+    late = NOW + timedelta(seconds=1300)
+    timed_out = decide(
+        observe(body(stored(held), runPolicy={"startupTimeoutSeconds": 1200}), [worker(0)],
+                refusals=[refusal], now=late)
+    )  # fmt: skip
+    status = stored(timed_out)
+    assert (status["phase"], status["reason"]) == ("Failed", "StartupTimeout")
+    assert (
+        "refused to create Pod j-worker-1 (503): the server is currently unable"
+        in (status["message"])
+    )

@@ -148,9 +148,13 @@ def test_a_taken_name_is_read_reported_and_never_adopted() -> None:
     assert kube.calls.count(("create", "Pod", "j-worker-0")) == 1
 
 
-def test_a_403_is_retried_only_after_its_backoff() -> None:
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [(403, "CreateForbidden"), (429, "CreateThrottled"), (500, "CreateFailed")],
+)
+def test_a_refused_create_is_retried_only_after_its_backoff(code: int, reason: str) -> None:
     kube = FakeKube()
-    kube.refuse["j-worker-1"] = KubeError(403, "Forbidden", "exceeded quota: q")
+    kube.refuse["j-worker-1"] = KubeError(code, "Refused", "exceeded quota: q")
     loop = reconciler(kube)
 
     async def run() -> float | None:
@@ -161,7 +165,7 @@ def test_a_403_is_retried_only_after_its_backoff() -> None:
 
     asyncio.run(run())
     assert kube.calls.count(("create", "Pod", "j-worker-1")) == 1
-    assert kube.events == [("Warning", "CreateForbidden")]
+    assert kube.events == [("Warning", reason)]
 
 
 def test_a_permanent_refusal_fails_the_job_and_removes_what_was_created() -> None:

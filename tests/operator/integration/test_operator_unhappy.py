@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -309,6 +310,74 @@ def test_image_pull_and_mount_problems_are_named_from_the_kubelets_reports(
     assert [r for r, _ in jobs.warnings("pull")].count("ImagePullBackOff") == 1
 
 
+@pytest.fixture
+def webhook_down(cluster: KubeCluster, namespace: str) -> Any:
+    """A pod webhook with failurePolicy Fail whose server is down: the API server
+    answers every pod create in the namespace with 500 until it is removed."""
+    name = f"down-{namespace}"[:63]
+    webhook = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [
+            {
+                "name": "pods.down.example.com",
+                "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+                "rules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                     "resources": ["pods"]}
+                ],
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                },
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 2,
+            }
+        ],
+    }  # fmt: skip
+    cluster.apply(webhook)
+
+    def remove() -> None:
+        cluster.kubectl("delete", "validatingwebhookconfiguration", name, "--ignore-not-found")
+
+    try:
+        yield remove
+    finally:
+        remove()
+
+
+def test_a_webhook_that_is_down_is_named_and_the_job_starts_once_it_is_back(
+    jobs: Jobs, namespace: str, cluster: KubeCluster, webhook_down: Any
+) -> None:
+    # The API server's own words for it: 500, "failed calling webhook".
+    jobs.apply(hvjob("guarded", replicas=2, runPolicy={"startupTimeoutSeconds": 600}))
+    stalled = jobs.op.wait(
+        lambda: (c := jobs.condition("guarded", "Stalled")) and c["status"] == "True" and c,
+        30,
+        "Stalled",
+    )
+    assert stalled["reason"] == "CreateFailed", stalled
+    assert "the API server refused to create Pod guarded-worker-" in stalled["message"]
+    assert "(500)" in stalled["message"] and "failed calling webhook" in stalled["message"]
+    assert "retrying with backoff" in stalled["message"]
+    status = jobs.status("guarded")
+    assert (status["phase"], status["reason"]) == ("Pending", "CreateFailed")
+    created_failed = [m for r, m in jobs.warnings("guarded") if r == "CreateFailed"]
+    assert created_failed and "failed calling webhook" in created_failed[0]
+    # Retried with backoff, not in a tight loop: a few creates in several seconds.
+    time.sleep(6)
+    assert jobs.op.requests("POST", "Pod") <= 2 * 6, jobs.op.requests("POST", "Pod")
+    # Back: the creates pass, the job runs, and Stalled clears.
+    webhook_down()
+    jobs.wait_running("guarded", timeout=90)
+    stalled_now = [c for c in jobs.status("guarded")["conditions"] if c["type"] == "Stalled"]
+    assert [c["status"] for c in stalled_now] == ["False"], stalled_now
+    assert len([m for r, m in jobs.warnings("guarded") if r == "CreateFailed"]) <= 2
+
+
+# --- edits --------------------------------------------------------------------------------
 # --- edits --------------------------------------------------------------------------------
 
 
