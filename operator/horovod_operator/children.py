@@ -237,6 +237,11 @@ class Children:
     workload: Obj | None = None
     # Objects with the job's labels that it does not control, by name.
     foreign: dict[str, Obj] = field(default_factory=dict)
+    # Launcher pods seen with a disruption (DisruptionTarget: an eviction, a drain,
+    # preemption, node loss), by name -> reason, kept by the executor after they are
+    # gone: the launcher Job (backoffLimit 0) says Failed once its pod is deleted,
+    # and the pod that said why is gone by then.
+    launcher_disruptions: dict[str, str] = field(default_factory=dict)
 
     def all_pods(self) -> list[Obj]:
         return [*self.workers, *self.launcher_pods, *self.stray_launcher_pods]
@@ -364,11 +369,14 @@ def launcher_state(children: Children, attempt: int) -> LauncherStatus | None:
     return state
 
 
-def launcher_failures(children: Children, launcher: LauncherStatus) -> list[Failure]:
+def launcher_failures(
+    children: Children, launcher: LauncherStatus, pod_name: str | None = None
+) -> list[Failure]:
+    """The failures of the launcher's pod; `pod_name`: its name when it is gone."""
     for pod in children.launcher_pods:
         if name_of(pod) == launcher.pod_name and pod_phase(pod) == "Failed":
             return pod_failures(pod)
-    name = launcher.pod_name or "launcher"
+    name = launcher.pod_name or pod_name or "launcher"
     return [
         Failure(
             pod=name,

@@ -23,6 +23,7 @@ from .children import (
     Children,
     controlled_by,
     describe_owner,
+    disruption_of,
     name_of,
     role_of,
     sort_children,
@@ -144,6 +145,7 @@ class Executor:
             ix.workloads.get(key, ()),
         )
         self._settle(memory, children)
+        _remember_launcher_disruptions(memory, children)
         flavors: dict[str, Obj] = {}
         priority: Priority | None = None
         scheduling = (body.get("spec") or {}).get("scheduling") or {}
@@ -570,6 +572,20 @@ def refused(status: int) -> bool:
     (429) or a server error (5xx: a webhook down with failurePolicy Fail). Those were
     once only retried, and a job said "0/2 ready" for 20 minutes without a cause."""
     return status in (400, 403, 413, 422, 429) or status >= 500
+
+
+# Disrupted launcher pods remembered per job: one per attempt is the most that matters.
+MAX_LAUNCHER_DISRUPTIONS: Final = 4
+
+
+def _remember_launcher_disruptions(memory: JobMemory, children: Children) -> None:
+    for pod in children.launcher_pods:
+        reason = disruption_of(pod)
+        if reason is not None:
+            memory.launcher_disruptions[name_of(pod)] = reason
+    while len(memory.launcher_disruptions) > MAX_LAUNCHER_DISRUPTIONS:
+        del memory.launcher_disruptions[next(iter(memory.launcher_disruptions))]
+    children.launcher_disruptions = dict(memory.launcher_disruptions)
 
 
 class StaleView(Exception):

@@ -45,6 +45,8 @@ class JobMemory:
     deferred: bool = False  # a progress-only status change waits for its interval
     warnings_due: float | None = None  # when to read slow pods' Events again
     warnings: dict[str, tuple[float, tuple[str, str] | None]] = field(default_factory=dict)
+    # Launcher pods seen disrupted (Children.launcher_disruptions), a few at most.
+    launcher_disruptions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -347,9 +347,14 @@ def _judge_failures(
         launcher_pod: Mapping[str, Any] | None = next(
             (p for p in children.launcher_pods if name_of(p) == launcher.pod_name), None
         )
+        # Its pod may be gone (evicted: the Job fails once it is deleted); what it
+        # said while it terminated counts.
+        pod_name = launcher.pod_name or (previous.launcher.pod_name if previous.launcher else None)
+        disruption = disruption_of(launcher_pod) if launcher_pod else None
+        disruption = disruption or children.launcher_disruptions.get(pod_name or "")
         judged += [
-            judge(launcher_pod, f, disruption_of(launcher_pod) if launcher_pod else None, rules)
-            for f in launcher_failures(children, launcher)
+            judge(launcher_pod, f, disruption, rules)
+            for f in launcher_failures(children, launcher, pod_name)
         ]
         reason = REASON_WORKER_FAILED if len(judged) > 1 else REASON_LAUNCHER_FAILED
     elif launcher is None and _launcher_vanished(previous, children, attempt):

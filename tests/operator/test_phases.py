@@ -233,6 +233,20 @@ def test_evicted_worker_restarts_without_counting() -> None:
     assert "a disruption (Evicted) is not counted: restart 1, not counted" in restarting.message
 
 
+def test_an_evicted_launcher_whose_pod_is_gone_restarts_without_counting() -> None:
+    """Evicted: the launcher Job (backoffLimit 0) says Failed once its pod is deleted;
+    the executor kept the pod's DisruptionTarget (Children.launcher_disruptions)."""
+    running = {**RUNNING, "launcher": {"phase": "Running", "podName": "j-launcher-abcde"}}
+    children = kids([worker(0), worker(1)], launcher_job("Failed"))
+    lost = compute_status(make_job(running, backoffLimit=0), children, NOW)
+    assert lost.phase == "Failed"  # nothing said why: a failure, as before
+    children.launcher_disruptions = {"j-launcher-abcde": "EvictionByEvictionAPI"}
+    result = compute_status(make_job(running, backoffLimit=0), children, NOW)
+    assert result.phase == "Restarting"
+    assert (result.restarts, result.uncounted_restarts) == (1, 1)
+    assert result.failures[0].pod == "j-launcher-abcde"
+
+
 def test_launcher_failure_reports_its_exit_code() -> None:
     pods = [worker(0), worker(1), launcher_pod("Failed", exit_code=3)]
     result = status_of(make_job(RUNNING, backoffLimit=0), pods, launcher_job("Failed"), NOW)

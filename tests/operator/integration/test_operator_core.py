@@ -201,6 +201,37 @@ def test_evictions_count_when_a_rule_says_so(
     )
 
 
+def test_an_evicted_launcher_restarts_the_attempt_without_counting_it(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    """The Eviction API (a drain, kubectl evict): the launcher's Job has backoffLimit 0
+    and its pod is gone by the time the Job says Failed; the disruption is the pod's
+    DisruptionTarget condition, seen while it terminated."""
+    jobs.apply(hvjob("drained", replicas=2, runPolicy={"backoffLimit": 0}))
+    launcher = jobs.wait_running("drained")
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": launcher, "namespace": namespace},
+    }
+    cluster.kubectl(
+        "create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{launcher}/eviction",
+        "-f", "-", input=json.dumps(eviction),
+    )  # fmt: skip
+
+    def restarted() -> dict[str, Any] | None:
+        status = jobs.status("drained")
+        return status if status.get("restarts") == 1 else None
+
+    status = jobs.op.wait(restarted, 60, "an uncounted restart")
+    assert status["uncountedRestarts"] == 1, status
+    assert status["phase"] != "Failed", status
+    second = jobs.wait_running("drained", timeout=60)
+    assert second != launcher
+    warnings = [m for r, m in jobs.warnings("drained") if r == "LauncherFailed"]
+    assert any("is not counted" in m for m in warnings), warnings
+
+
 def test_launcher_failure_restarts(jobs: Jobs, namespace: str, cluster: KubeCluster) -> None:
     jobs.apply(hvjob("lf", replicas=1, runPolicy={"backoffLimit": 2}))
     launcher = jobs.wait_running("lf")
