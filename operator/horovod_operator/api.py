@@ -670,7 +670,9 @@ class HorovodJobStatus(_StatusModel):
     workers: WorkerCounts | None = Field(default=None, description="Worker counts.")
     launcher: LauncherStatus | None = Field(default=None, description="Launcher state.")
     failures: list[Failure] = Field(
-        default_factory=list, description="Failed ranks of the last failed attempt."
+        default_factory=list,
+        description="Failed ranks of the last failed attempt: at most 10, the first to "
+        "fail first (the message counts the rest).",
     )
     reason: str | None = Field(
         default=None,

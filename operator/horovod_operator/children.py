@@ -159,6 +159,18 @@ def pod_failures(pod: Obj) -> list[Failure]:
     return failures
 
 
+def finished_at(pod: Mapping[str, Any]) -> tuple[str, str]:
+    """When the pod's first container ended (RFC 3339 sorts as text), then its name;
+    a pod with no such time sorts after those with one."""
+    times = [
+        str(terminated["finishedAt"])
+        for container in (pod.get("status") or {}).get("containerStatuses") or ()
+        if (terminated := (container.get("state") or {}).get("terminated"))
+        and terminated.get("finishedAt")
+    ]
+    return (min(times) if times else "~", name_of(pod))
+
+
 # Pod reasons a kubelet or a node shutdown writes on a pod it stopped for its own reasons.
 DISRUPTION_POD_REASONS: Final = frozenset({"Evicted", "Preempting", "Shutdown", "Terminated"})
 DISRUPTION_TARGET: Final = "DisruptionTarget"

@@ -28,6 +28,7 @@ from .children import (
     current_workers,
     deleted_workers,
     disruption_of,
+    finished_at,
     launcher_failures,
     launcher_state,
     name_of,
@@ -66,6 +67,10 @@ from .failures import Judged, judge, outcome
 
 # Phases of an attempt under way (its pods exist or are being made).
 _ATTEMPT_PHASES: Final = frozenset({"Pending", "Starting", "Running", "Restarting"})
+
+# status.failures keeps this many (the first to fail first); the message names fewer.
+MAX_FAILURES: Final = 10
+MAX_NAMED: Final = 3
 
 
 def due_time(start: str | None, seconds: int | None) -> datetime | None:
@@ -318,9 +323,11 @@ def _judge_failures(
     judged: list[Judged] = []
     reason = REASON_WORKER_FAILED
     elastic = job.spec.elastic is not None
-    for pod in workers:
-        if pod_phase(pod) == "Failed" and not elastic:
-            judged += [judge(pod, f, disruption_of(pod), rules) for f in pod_failures(pod)]
+    # The first to fail first: with many ranks failing together, the one that failed
+    # first is the likeliest cause (the others lost a peer), and it is always kept.
+    failed = [pod for pod in workers if pod_phase(pod) == "Failed"] if not elastic else []
+    for pod in sorted(failed, key=finished_at):
+        judged += [judge(pod, f, disruption_of(pod), rules) for f in pod_failures(pod)]
     # An elastic job goes on without a lost worker (decide.py replaces it).
     if previous.phase in ("Starting", "Running") and not elastic:
         # Every worker existed; one deleted or gone since was not deleted by us.
@@ -372,8 +379,12 @@ def _failed_attempt(
     backoff_limit: int,
     now: datetime,
 ) -> HorovodJobStatus:
-    status.failures = [item.failure for item in judged]
-    message = failure_message(status.failures)
+    everything = [item.failure for item in judged]
+    # A status has a budget (etcd's object limit is 1.5 MiB; 700 failed ranks with a
+    # 2 KiB log tail each passed it, the write failed and the job stayed Running):
+    # the first MAX_FAILURES are kept, the rest only counted in the message.
+    status.failures = everything[:MAX_FAILURES]
+    message = failure_message(everything)
     decisive = outcome(judged)
     assert decisive is not None
     if decisive.action == "FailJob":
@@ -407,13 +418,16 @@ def _failed_attempt(
 
 
 def failure_message(failures: list[Failure]) -> str:
+    """The first MAX_NAMED failures in words, and how many more (bounded)."""
     parts = []
-    for failure in failures:
+    for failure in failures[:MAX_NAMED]:
         detail = [failure.reason or "Error"]
         if failure.exit_code is not None:
             detail.append(f"exit code {failure.exit_code}")
         container = f" container {failure.container}" if failure.container else ""
         parts.append(f"pod {failure.pod}{container} failed ({', '.join(detail)})")
+    if len(failures) > MAX_NAMED:
+        parts.append(f"and {len(failures) - MAX_NAMED} more ({len(failures)} failures in all)")
     return "; ".join(parts)
 
 

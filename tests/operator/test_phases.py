@@ -1,5 +1,6 @@
 """compute_status: the job's phase machine, across pod-phase combinations."""
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -463,3 +464,26 @@ def test_gloo_failed_rank_names_its_worker_pod_and_exit_code() -> None:
     assert result.failures == [
         Failure(pod="j-worker-1", container="worker", exit_code=3, reason="Error")
     ]
+
+
+def test_two_thousand_failed_ranks_fit_a_small_status_and_the_first_is_kept() -> None:
+    """etcd refuses objects over 1.5 MiB: 700 ranks failing with a 2 KiB log tail each
+    passed it, the write failed, and the job stayed Running for ever."""
+    replicas = 2048
+    job = make_job({**RUNNING, "workers": {"replicas": replicas}}, launch_mode="gloo")
+    job.spec.worker.replicas = replicas
+    pods = []
+    for i in range(replicas):
+        failed = worker(i, "Failed", exit_code=1)
+        terminated = failed["status"]["containerStatuses"][0]["state"]["terminated"]
+        terminated["message"] = f"rank {i}: " + "x" * 3000
+        # Rank 1234 failed first; the others a second later (they lost a peer).
+        terminated["finishedAt"] = "2026-01-01T11:59:40Z" if i == 1234 else "2026-01-01T11:59:41Z"
+        pods.append(failed)
+    result = compute_status(job, kids(pods), NOW)
+    assert result.phase == "Restarting"
+    assert len(result.failures) == 10
+    assert result.failures[0].pod == "j-worker-1234"
+    assert "and 2045 more (2048 failures in all)" in (result.message or "")
+    size = len(json.dumps(status_body(result)))
+    assert size < 64 * 1024, size

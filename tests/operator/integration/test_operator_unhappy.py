@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from horovod_operator.api import MAX_SECONDS
+from localcluster.cluster import SIM_EXIT_CODE, SIM_MESSAGE, SIM_PHASE
 from localcluster.paths import REPO
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hand_labelled_worker, hvjob
@@ -375,6 +376,53 @@ def test_a_webhook_that_is_down_is_named_and_the_job_starts_once_it_is_back(
     stalled_now = [c for c in jobs.status("guarded")["conditions"] if c["type"] == "Stalled"]
     assert [c["status"] for c in stalled_now] == ["False"], stalled_now
     assert len([m for r, m in jobs.warnings("guarded") if r == "CreateFailed"]) <= 2
+
+
+def test_two_thousand_ranks_failing_together_end_the_job_with_a_small_status(
+    jobs: Jobs, namespace: str, cluster: KubeCluster
+) -> None:
+    """etcd refuses objects over 1.5 MiB: from about 700 ranks failing with a 2 KiB
+    log tail each, the status write failed and the job stayed Running for ever."""
+    replicas = 2048
+    jobs.apply(
+        hvjob(
+            "wide",
+            replicas=replicas,
+            launchMode="gloo",
+            runPolicy={"backoffLimit": 0},
+            worker={"resources": {"limits": {"cpu": "10m", "memory": "16Mi"}}},
+            scheduling={"gang": {"policy": "None"}},
+        )
+    )
+    jobs.op.wait(
+        lambda: (jobs.status("wide").get("workers") or {}).get("running") == replicas,
+        600,
+        "every worker running",
+    )
+    # Every rank fails, each with a 2 KiB termination message, while the operator is
+    # down (as during a restart): it then judges all 2,048 failures in one pass.
+    jobs.op.stop()
+    cluster.kubectl(
+        "annotate", "pods", "-n", namespace, "-l", "horovod.ai/role=worker", "--overwrite",
+        f"{SIM_PHASE}=Failed", f"{SIM_EXIT_CODE}=1", f"{SIM_MESSAGE}={'x' * 2000}",
+        timeout=600,
+    )  # fmt: skip
+
+    def failed_pods() -> int:
+        listed = cluster.kubectl(
+            "get", "pods", "-n", namespace, "--field-selector=status.phase=Failed",
+            "-o", "name", timeout=120,
+        )  # fmt: skip
+        return len(listed.stdout.split())
+
+    jobs.op.wait(lambda: failed_pods() == replicas, 300, "every rank failed")
+    jobs.op.start()
+    status = jobs.wait_phase("wide", "Failed", timeout=300)
+    assert len(status["failures"]) == 10, len(status["failures"])
+    assert "(2048 failures in all)" in status["message"], status["message"][:500]
+    assert "backoffLimit (0) reached" in status["message"]
+    size = len(json.dumps(status))
+    assert size < 64 * 1024, size
 
 
 # --- edits --------------------------------------------------------------------------------
