@@ -147,7 +147,7 @@ def decide(seen: Observation) -> Plan:
         if stand_in:
             # Nothing is created from a stand-in: it has no templates.
             _report_progress(plan, job, status, seen)
-            plan.events = _events(previous, status) + lost[1]
+            plan.events = _events(previous, status, plan.stalled_detail) + lost[1]
             _requeue_for_timers(plan, job, status, seen.now)
             return plan
         # The spec this attempt runs on, as the ConfigMap records it (accepted.py).
@@ -174,7 +174,7 @@ def decide(seen: Observation) -> Plan:
         plan.workload_status = queueing.pods_ready_patch(
             seen.children.workload, queueing.pods_started(job, status), seen.now
         )
-    plan.events = _events(previous, status) + lost[1]
+    plan.events = _events(previous, status, plan.stalled_detail) + lost[1]
     _requeue_for_timers(plan, job, status, seen.now)
     if queue is not None and queue.requeue_after is not None:
         plan.requeue_after = min(plan.requeue_after or queue.requeue_after, queue.requeue_after)
@@ -398,9 +398,7 @@ def _report_progress(
     startup timeout ends a start that does not finish."""
     problems = stalled.problems(job, plan.creates, status, seen)
     if problems:
-        reason, message = problems[0]
-        if len(problems) > 1:
-            message += f" (and {len(problems) - 1} more problem(s) of this kind or others)"
+        reason, message, plan.stalled_detail = stalled.summarize(problems)
         status.conditions = set_condition(
             status.conditions, STALLED, True, reason, message, seen.now
         )
@@ -582,9 +580,12 @@ def _finish(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observa
 # --- events and timers -------------------------------------------------------------------
 
 
-def _events(previous: HorovodJobStatus | None, status: HorovodJobStatus) -> list[Event]:
+def _events(
+    previous: HorovodJobStatus | None, status: HorovodJobStatus, stalled_detail: str = ""
+) -> list[Event]:
     """An Event for each transition users act on: phases (not Pending/Starting, which
-    the status shows), a new reason to be stalled, a rejected edit."""
+    the status shows), a new reason to be stalled (with `stalled_detail`: how many
+    pods share it, a few names), a rejected edit."""
     before = previous or HorovodJobStatus()
     events = []
     moved = status.phase != before.phase and status.phase is not None
@@ -604,7 +605,9 @@ def _events(previous: HorovodJobStatus | None, status: HorovodJobStatus) -> list
             now_true.reason,
             now_true.message,
         ):
-            events.append(Event("Warning", event_reason or now_true.reason, now_true.message))
+            detail = stalled_detail if type_ == STALLED else ""
+            message = now_true.message + detail
+            events.append(Event("Warning", event_reason or now_true.reason, message))
     return events
 
 

@@ -7,6 +7,7 @@ server's refusals, then each pod the scheduler or kubelet cannot start.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Final
 
@@ -139,6 +140,54 @@ def problems(
     # others only that the group is incomplete: name the shortage first.
     stuck.sort(key=lambda problem: _GANG_ONLY in problem[1])
     return [*problems, *stuck]
+
+
+_POD_PROBLEM: Final = re.compile(r"^pod (\S+): (.*)$", re.S)
+# Pods named in the Event of a cause (the status names none when several share it).
+EVENT_PODS: Final = 3
+
+
+def summarize(problems: list[tuple[str, str]]) -> tuple[str, str, str]:
+    """(reason, message, detail) of Stalled: a message that stays the same while the
+    same causes hold, and a detail for its Event (how many pods, a few names).
+
+    Pods that wait for the same reason with the same words are one cause. The message
+    names the pod only when it is alone with its cause, and never counts: a count or
+    a name that moves as the scheduler walks a big job's pods made every pass a status
+    write and a Warning Event (300 workers that do not fit: 35 Events in 40 s)."""
+    causes: dict[tuple[str, str], list[str]] = {}
+    for reason, text in problems:
+        found = _POD_PROBLEM.match(text)
+        pod, why = (found.group(1), found.group(2)) if found else ("", text)
+        causes.setdefault((reason, why), []).append(pod)
+    # Problems that are not a pod's come first, as listed (refusals, conflicts, the
+    # gang); the pods' causes in a fixed order, a gang's "group incomplete" last.
+    ordered = sorted(
+        causes.items(),
+        key=lambda item: (item[1] != [""], _GANG_ONLY in item[0][1], item[0][0], item[0][1]),
+    )
+    (reason, why), pods = ordered[0]
+    named = [p for p in pods if p]
+    if not named:
+        message = why
+    elif len(named) == 1:
+        message = f"pod {named[0]}: {why}"
+    else:
+        message = f"worker pods wait: {why}"
+    others = sorted({r for (r, _), _pods in ordered[1:]} - {reason})
+    if len(ordered) > 1:
+        message += f" (and more: {', '.join(others) or 'the same reason, other words'})"
+    detail = ""
+    if len(named) > 1:
+        shown = ", ".join(sorted(named, key=_natural)[:EVENT_PODS])
+        detail = f" ({len(named)} pods, e.g. {shown})"
+    return reason, message, detail
+
+
+def _natural(name: str) -> tuple[str, int]:
+    """worker-2 before worker-10."""
+    head, _, index = name.rpartition("-")
+    return (head, int(index)) if index.isdigit() else (name, -1)
 
 
 def waiting_workers(status: HorovodJobStatus, seen: Observation) -> list[str]:
