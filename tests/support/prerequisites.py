@@ -17,6 +17,14 @@ def skip_unless_ci(reason: str) -> None:
     pytest.skip(reason)
 
 
+def available(present: bool, reason: str) -> bool:
+    """Whether an optional part of a test can run: on a developer's machine a missing
+    prerequisite only leaves that part out (the caller says so); under CI it fails."""
+    if not present and os.environ.get("CI"):
+        pytest.fail(f"CI must have this: {reason}")
+    return present
+
+
 def require_module(name: str) -> ModuleType:
     """The module, for a test module that needs it at import time (torch, horovod):
     without it (a worker-less bootstrap, SKIP_WORKER=1) the whole module is skipped
