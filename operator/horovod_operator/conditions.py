@@ -31,6 +31,8 @@ REASON_WORKER_FAILED: Final = "WorkerFailed"
 REASON_LAUNCHER_FAILED: Final = "LauncherFailed"
 REASON_LAUNCHER_DELETED: Final = "LauncherDeleted"
 REASON_POD_DELETED: Final = "PodDeleted"
+# The job's SSH Secret deleted while an attempt ran (its workers hold the old key).
+REASON_SECRET_DELETED: Final = "SecretDeleted"
 REASON_FAIL_JOB: Final = "PodFailurePolicy"
 REASON_DEADLINE: Final = "DeadlineExceeded"
 REASON_STARTUP_TIMEOUT: Final = "StartupTimeout"

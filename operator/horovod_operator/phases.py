@@ -50,6 +50,7 @@ from .conditions import (
     REASON_REPLICAS_IMMUTABLE,
     REASON_RESTARTED,
     REASON_RESUMED,
+    REASON_SECRET_DELETED,
     REASON_SPEC_ACCEPTED,
     REASON_SUCCEEDED,
     REASON_SUSPENDED,
@@ -350,6 +351,17 @@ def _judge_failures(
                     message="the pod disappeared while the attempt ran",
                 )
                 judged.append(judge(None, gone, REASON_POD_DELETED, rules))
+    if _secret_lost(job, previous, children, attempt):
+        # A new Secret would hold a new key the running workers' sshd does not know
+        # (nor would their mounted copy change at once): the attempt starts over with
+        # one key, and this disruption does not count.
+        lost = Failure(
+            pod=names.secret_name(job.metadata.name),
+            reason=REASON_SECRET_DELETED,
+            message="the job's SSH Secret was deleted while the attempt ran; the next "
+            "attempt gets a new key",
+        )
+        judged.append(judge(None, lost, REASON_SECRET_DELETED, rules))
     if launcher is not None and launcher.phase == "Failed":
         launcher_pod: Mapping[str, Any] | None = next(
             (p for p in children.launcher_pods if name_of(p) == launcher.pod_name), None
@@ -370,6 +382,19 @@ def _judge_failures(
         )
         reason = REASON_WORKER_FAILED if len(judged) > 1 else REASON_LAUNCHER_DELETED
     return judged, reason
+
+
+def _secret_lost(
+    job: HorovodJob, previous: HorovodJobStatus, children: Children, attempt: int
+) -> bool:
+    """An mpi attempt under way (Starting or Running: its Secret was seen, its workers
+    mount it) whose SSH Secret is gone."""
+    return (
+        job.spec.launch_mode == "mpi"
+        and previous.phase in ("Starting", "Running")
+        and children.secret is None
+        and any(attempt_of(pod) == attempt for pod in children.workers)
+    )
 
 
 def _failed_attempt(

@@ -92,8 +92,16 @@ def launcher_job(condition: str | None = None, attempt: int = 0) -> dict[str, An
     }
 
 
-def kids(pods: list[dict[str, Any]], ljob: dict[str, Any] | None = None) -> Children:
-    return sort_children("u", pods, [ljob] if ljob else [])
+SECRET = {
+    "kind": "Secret",
+    "metadata": {"name": "j-ssh", "ownerReferences": [{"uid": "u", "controller": True}]},
+}
+
+
+def kids(
+    pods: list[dict[str, Any]], ljob: dict[str, Any] | None = None, secret: bool = True
+) -> Children:
+    return sort_children("u", pods, [ljob] if ljob else [], secrets=[SECRET] if secret else [])
 
 
 def status_of(
@@ -487,3 +495,18 @@ def test_two_thousand_failed_ranks_fit_a_small_status_and_the_first_is_kept() ->
     assert "and 2045 more (2048 failures in all)" in (result.message or "")
     size = len(json.dumps(status_body(result)))
     assert size < 64 * 1024, size
+
+
+def test_a_secret_deleted_while_the_attempt_runs_restarts_it_uncounted() -> None:
+    pods = [worker(0), worker(1), launcher_pod()]
+    running = make_job(RUNNING, backoffLimit=0)
+    result = compute_status(running, kids(pods, launcher_job(), secret=False), NOW)
+    assert result.phase == "Restarting"
+    assert (result.restarts, result.uncounted_restarts) == (1, 1)
+    assert result.failures[0].pod == "j-ssh" and result.failures[0].reason == "SecretDeleted"
+    # With its Secret, or in gloo mode (no ssh), or before the attempt started: nothing.
+    assert compute_status(running, kids(pods, launcher_job()), NOW).phase == "Running"
+    gloo = make_job(RUNNING, launch_mode="gloo", backoffLimit=0)
+    assert compute_status(gloo, kids(pods, launcher_job(), secret=False), NOW).phase == "Running"
+    pending = make_job({**RUNNING, "phase": "Pending"}, backoffLimit=0)
+    assert compute_status(pending, kids([worker(0)], None, secret=False), NOW).phase == "Pending"

@@ -550,13 +550,12 @@ def test_a_rejected_edit_whose_accepted_spec_is_lost_still_ends(
     jobs.op.stop()
     cluster.kubectl("delete", "configmap", "orphaned-config", "-n", namespace)
     jobs.op.start()
-    rejected = jobs.op.wait(
-        lambda: (
-            (c := jobs.condition("orphaned", "SpecRejected")) and "is lost" in c["message"] and c
-        ),
-        20,
-        "the rejection naming the lost spec",
-    )
+
+    def lost() -> dict[str, Any] | None:
+        found = jobs.condition("orphaned", "SpecRejected")
+        return found if found is not None and "is lost" in found["message"] else None
+
+    rejected = jobs.op.wait(lost, 20, "the rejection naming the lost spec")
     assert "runs to its end on the pods it has" in rejected["message"]
     # Nothing is created from what is left (the ConfigMap stays gone)...
     jobs.op.stays(
@@ -622,7 +621,7 @@ def test_a_status_field_of_a_newer_release_does_not_fail_the_job(
 # --- children removed by hand -------------------------------------------------------------
 
 
-def test_deleted_secret_configmap_and_service_are_recreated(
+def test_deleted_configmap_and_service_are_recreated_and_a_secret_restarts(
     jobs: Jobs, namespace: str, cluster: KubeCluster
 ) -> None:
     jobs.apply(hvjob("mended", replicas=2))
@@ -630,7 +629,6 @@ def test_deleted_secret_configmap_and_service_are_recreated(
     uid = jobs.uid("mended")
     pods = sorted(p["metadata"]["uid"] for p in jobs.pods("mended"))
     for kind, name in (
-        ("secret", "mended-ssh"),
         ("configmap", "mended-config"),
         ("service", "mended-worker"),
     ):
@@ -649,6 +647,19 @@ def test_deleted_secret_configmap_and_service_are_recreated(
         jobs.op.wait(recreated, 20, f"{kind} {name} recreated")
     assert sorted(p["metadata"]["uid"] for p in jobs.pods("mended")) == pods
     assert jobs.status("mended")["phase"] == "Running"
+    # The SSH Secret: a new one would hold a key the running workers do not know, so
+    # the attempt starts over (uncounted) with one key for launcher and workers.
+    old_key = cluster.get("secret", "mended-ssh", namespace)["metadata"]["uid"]
+    cluster.kubectl("delete", "secret", "mended-ssh", "-n", namespace)
+    restarted = jobs.op.wait(
+        lambda: (s := jobs.status("mended")).get("restarts") == 1 and s, 30, "a restart"
+    )
+    assert restarted["uncountedRestarts"] == 1, restarted
+    assert any(f["reason"] == "SecretDeleted" for f in restarted["failures"]), restarted
+    jobs.wait_running("mended", timeout=60)
+    secret = cluster.get("secret", "mended-ssh", namespace)["metadata"]
+    assert secret["uid"] != old_key and owner_uids([{"metadata": secret}]) == {uid}
+    assert not {p["metadata"]["uid"] for p in jobs.pods("mended")} & set(pods)
 
 
 def test_a_deleted_launcher_job_never_leaves_two_launchers(
