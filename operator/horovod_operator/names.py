@@ -1,10 +1,13 @@
 """Names and labels of the objects a HorovodJob owns: one-line helpers, one place."""
 
+import hashlib
 from typing import Final
 
 from .api import API_VERSION, KIND
 
 LABEL_JOB_NAME: Final = "horovod.ai/job-name"
+# Kubernetes caps a label value (and a DNS label) at 63 characters.
+LABEL_VALUE_MAX: Final = 63
 LABEL_ROLE: Final = "horovod.ai/role"
 LABEL_WORKER_INDEX: Final = "horovod.ai/worker-index"
 # The restart attempt (status.restarts when created); pods of older attempts are
@@ -64,8 +67,17 @@ def launcher_name(job: str) -> str:
 def pod_group_name(job: str, attempt: int, size: int) -> str:
     """The workers' gang of one attempt and size. A restart's pods form a new group,
     and so does a resume with another worker count (a PodGroup's spec cannot
-    change, and the suspended attempt's group would wait for the old count)."""
-    return f"{job}-gang-{attempt}-{size}"
+    change, and the suspended attempt's group would wait for the old count).
+
+    Coscheduling puts the name in a label of every pod (63 characters at most): a
+    54-character job (the longest allowed) passed that at its tenth restart, and its
+    pods were refused. Such a name is made to fit: the job's name cut short and a
+    hash of the whole, so that it stays distinct and the same on every reconcile."""
+    name = f"{job}-gang-{attempt}-{size}"
+    if len(name) <= LABEL_VALUE_MAX:
+        return name
+    suffix = f"-{hashlib.sha256(name.encode()).hexdigest()[:8]}-gang-{attempt}-{size}"
+    return f"{job[: LABEL_VALUE_MAX - len(suffix)].rstrip('-')}{suffix}"
 
 
 def workload_name(job: str, attempt: int) -> str:
