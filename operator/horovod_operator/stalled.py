@@ -160,12 +160,17 @@ def summarize(problems: list[tuple[str, str]]) -> tuple[str, str, str]:
         found = _POD_PROBLEM.match(text)
         pod, why = (found.group(1), found.group(2)) if found else ("", text)
         causes.setdefault((reason, why), []).append(pod)
-    # Problems that are not a pod's come first, as listed (refusals, conflicts, the
-    # gang); the pods' causes in a fixed order, a gang's "group incomplete" last.
-    ordered = sorted(
-        causes.items(),
-        key=lambda item: (item[1] != [""], _GANG_ONLY in item[0][1], item[0][0], item[0][1]),
-    )
+    listed = {cause: index for index, cause in enumerate(causes)}
+
+    # Problems that are not a pod's come first, as listed (the gang, conflicts,
+    # refusals: problems() lists them in a fixed order); then the pods' causes by
+    # reason and words, a gang's "group incomplete" last.
+    def rank(item: tuple[tuple[str, str], list[str]]) -> tuple[bool, int, bool, str, str]:
+        (reason, why), pods = item
+        a_pods = any(pods)
+        return (a_pods, 0 if a_pods else listed[(reason, why)], _GANG_ONLY in why, reason, why)
+
+    ordered = sorted(causes.items(), key=rank)
     (reason, why), pods = ordered[0]
     named = [p for p in pods if p]
     if not named:
