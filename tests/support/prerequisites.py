@@ -9,20 +9,20 @@ from types import ModuleType
 import pytest
 
 
-def skip_unless_ci(reason: str) -> None:
-    """Skip a test whose prerequisite is missing on a developer's machine; under CI,
-    where hack/bootstrap.sh installs every prerequisite, a missing one is a failure."""
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must have this: {reason}")
-    pytest.skip(reason)
-
-
 def available(present: bool, reason: str) -> bool:
     """Whether an optional part of a test can run: on a developer's machine a missing
-    prerequisite only leaves that part out (the caller says so); under CI it fails."""
+    prerequisite only leaves that part out (the caller says so); under CI, where
+    hack/bootstrap.sh installs every prerequisite, a missing one is a failure."""
     if not present and os.environ.get("CI"):
         pytest.fail(f"CI must have this: {reason}")
     return present
+
+
+def skip_unless_ci(reason: str) -> None:
+    """Skip a test whose prerequisite is missing on a developer's machine; fail it
+    under CI."""
+    available(False, reason)
+    pytest.skip(reason)
 
 
 def require_module(name: str) -> ModuleType:
