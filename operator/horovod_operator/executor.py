@@ -528,6 +528,8 @@ class Executor:
             # Not in the watch yet (a PodGroup never is: it is not watched); for
             # PENDING_WRITE_TTL it is not created again.
             memory.creating[name] = time.monotonic()
+        if kind == "PodGroup":
+            await self._retire_earlier_groups(memory, obj)
         return True
 
     async def _already_exists(
@@ -541,6 +543,8 @@ class Executor:
         )
         if current is None or controlled_by(current, memory.uid):
             memory.refused.pop(meta["name"], None)
+            if obj["kind"] == "PodGroup":
+                await self._retire_earlier_groups(memory, obj)
             return True
         going = " and is being deleted" if _terminating(current) else ""
         message = (
@@ -549,6 +553,39 @@ class Executor:
         )
         self._refuse(memory, obj, 409, message, generation)
         return False
+
+    async def _retire_earlier_groups(self, memory: JobMemory, group: dict[str, Any]) -> None:
+        """One PodGroup per job: the attempt's group replaces those of earlier attempts
+        (a restart, a resume with another size), in one request, once per group and
+        process (after a restart, at the first 409 that finds the group ours). They
+        would otherwise pile up until the job goes: eleven after ten restarts."""
+        meta = group["metadata"]
+        if memory.group == meta["name"]:
+            return
+        labels = meta["labels"]
+        selector = ",".join(
+            f"{label}={labels[label]}" for label in (names.LABEL_JOB_NAME, names.LABEL_ROLE)
+        )
+        try:
+            gone = await self.kube.delete_collection(
+                "PodGroup",
+                meta["namespace"],
+                selector,
+                f"metadata.name!={meta['name']}",
+                api_version=str(group.get("apiVersion") or ""),
+            )
+        except KubeError as error:
+            # Not the job's concern: garbage collection still removes them with it.
+            logger.warning(
+                "could not delete the PodGroups before %s/%s: %s",
+                meta["namespace"],
+                meta["name"],
+                error,
+            )
+            return
+        memory.group = meta["name"]
+        if gone:
+            logger.info("deleted earlier PodGroups of %s: %s", meta["name"], ", ".join(gone))
 
     def _refuse(
         self, memory: JobMemory, obj: dict[str, Any], code: int, message: str, generation: int

@@ -372,15 +372,21 @@ class Kube:
             raise
 
     async def delete_collection(
-        self, kind: str, namespace: str, label_selector: str, field_selector: str = ""
+        self,
+        kind: str,
+        namespace: str,
+        label_selector: str,
+        field_selector: str = "",
+        api_version: str = "",
     ) -> list[str]:
-        """Delete every `kind` in `namespace` the selectors match, in one request; the
-        names of those deleted. Needs RBAC's deletecollection verb."""
+        """Delete every `kind` (of `api_version` where two groups share the kind) in
+        `namespace` the selectors match, in one request; the names of those deleted.
+        Needs RBAC's deletecollection verb."""
         query = {"labelSelector": label_selector}
         if field_selector:
             query["fieldSelector"] = field_selector
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
-        path = _PATHS[kind].format(namespace=namespace)
+        path = _path(kind, namespace, api_version)
         listed = await self._request(
             "DELETE", kind, path, body=body, query=query, counted_as="DELETECOLLECTION"
         )

@@ -47,6 +47,8 @@ class JobMemory:
     warnings: dict[str, tuple[float, tuple[str, str] | None]] = field(default_factory=dict)
     # Launcher pods seen disrupted (Children.launcher_disruptions), a few at most.
     launcher_disruptions: dict[str, str] = field(default_factory=dict)
+    # The PodGroup whose predecessors are deleted (executor._retire_earlier_groups).
+    group: str = ""
 
 
 @dataclass

@@ -79,15 +79,16 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
   resources: ["events"]
   verbs: ["create", "list"]
 # Native gang scheduling: a PodGroup per attempt, created before its workers
-# (get: a 409 is checked to be the job's own). Garbage collection deletes them.
+# (get: a 409 is checked to be the job's own); deletecollection: it replaces the
+# earlier attempts' groups in one request. Garbage collection deletes the last.
 - apiGroups: ["scheduling.k8s.io"]
   resources: ["podgroups"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "deletecollection"]
 # The same for Volcano's and scheduler-plugins' coscheduling PodGroups
 # (gang.policy Volcano | Coscheduling; docs/volcano.md, docs/coscheduling.md).
 - apiGroups: ["scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "deletecollection"]
 # Kueue (docs/kueue.md): a job with a queue is admitted as one Workload, watched
 # (label-selected) for its admission; its status is written as Kueue's job
 # framework writes it (admission cleared after an eviction, Finished at the end).

@@ -205,3 +205,64 @@ def test_two_coscheduled_gangs_that_fit_only_one_at_a_time_run_one_after_the_oth
     jobs.wait_phase(winner, "Succeeded")
     jobs.wait_running(waiting, timeout=120)
     assert len(bound(waiting)) == 2
+
+
+def test_a_coscheduled_job_of_the_longest_name_restarts_ten_times_with_one_group_at_a_time(
+    coscheduling: gangs.CoschedulingScheduler,
+    jobs: Jobs,
+    cluster: KubeCluster,
+    namespace: str,
+    pool: dict[str, Any],
+) -> None:
+    """Each restart's gang gets a new group; its label fits (63 characters) at every
+    attempt, and the earlier groups go, so the job never collects one per attempt."""
+    name = ("long-" * 11)[:53] + "x"
+    assert len(name) == 54
+    manifest = _job(name, "Coscheduling", template=pool["template"])
+    manifest["spec"]["runPolicy"]["backoffLimit"] = 20
+    jobs.apply(manifest)
+    restarts = 11
+    for attempt in range(restarts + 1):
+        launcher = jobs.op.wait(
+            lambda attempt=attempt: (
+                jobs.status(name).get("phase") == "Running"
+                and jobs.status(name).get("restarts") == attempt
+                and jobs.launcher_pod(name)
+            ),
+            60,
+            f"attempt {attempt} running",
+        )
+        groups = cluster.get(COSCHEDULING_GROUPS, None, namespace)["items"]
+        mine = [
+            g["metadata"]["name"] for g in groups if g["metadata"]["name"].startswith(name[:20])
+        ]
+        labels = {p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for p in jobs.pods(name)}
+        print(f"attempt {attempt}: groups {mine}, pods' group {labels}")
+        # The earlier group's deletion is one request after the new group's create.
+        jobs.op.wait(
+            lambda: (
+                len(
+                    [
+                        g
+                        for g in cluster.get(COSCHEDULING_GROUPS, None, namespace)["items"]
+                        if g["metadata"]["name"].startswith(name[:20])
+                        and not g["metadata"].get("deletionTimestamp")
+                    ]
+                )
+                == 1
+            ),
+            20,
+            f"one PodGroup at attempt {attempt}",
+        )
+        (group,) = [
+            g["metadata"]["name"]
+            for g in cluster.get(COSCHEDULING_GROUPS, None, namespace)["items"]
+            if g["metadata"]["name"].startswith(name[:20])
+        ]
+        assert len(group) <= 63 and labels == {group}, (group, labels)
+        assert group.endswith(f"-gang-{attempt}-2"), group
+        if attempt < restarts:
+            cluster.set_pod_phase(namespace, launcher, "Failed", exit_code=1)
+    status = jobs.status(name)
+    assert status["phase"] == "Running" and status["restarts"] == restarts, status
+    assert jobs.condition(name, "Failed") is None
