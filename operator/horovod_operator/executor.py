@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Final
 
-from . import accepted, metrics, names, queueing
+from . import accepted, metrics, names, queueing, views
 from .api import TERMINAL_PHASES, HorovodJobSpec, HorovodJobStatus, parse_status
 from .children import (
     Children,
@@ -46,6 +46,7 @@ from .plan import (
     Refusal,
     WorkloadStatusPatch,
 )
+from .pod_warnings import PodWarnings, Warning
 from .sshkeys import generate_key_pair
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,6 @@ MAX_REFUSAL_BACKOFF: Final = 60.0
 # reason in its status gets its Warning Events read (FailedMount shows only there),
 # at most once per this interval.
 SLOW_START_SECONDS: Final = 15.0
-WARNINGS_INTERVAL: Final = 10.0
 # A ResourceFlavor read for one job's admission serves others for this long.
 FLAVOR_TTL: Final = 30.0
 # A Workload status write that conflicted with Kueue's is tried again after this.
@@ -99,9 +99,13 @@ class Executor:
         # False once the server refused a collection delete (RBAC without the
         # deletecollection verb, as granted before it was used): pods go one by one.
         self.sweeps = True
+        # Slow pods' Warning Events (handlers.startup runs its reader; without one,
+        # as in tests of the executor alone, none is known).
+        self.pod_warnings = PodWarnings(kube)
 
     def forget(self, key: Key) -> None:
         self.memory.pop(key, None)
+        self.pod_warnings.forget(key)
         metrics.PHASES.drop(key)
 
     # --- observing -----------------------------------------------------------------------
@@ -139,7 +143,7 @@ class Executor:
             memory.uid,
             ix.pods.get(key, ()),
             ix.launchers.get(key, ()),
-            ix.secrets.get(key, ()),
+            await self._secret(key, memory, body),
             ix.config_maps.get(key, ()),
             ix.services.get(key, ()),
             ix.workloads.get(key, ()),
@@ -180,7 +184,7 @@ class Executor:
             children=children,
             now=now,
             refusals=refusals,
-            pod_warnings=await self._pod_warnings(key, memory, children, now_s),
+            pod_warnings=self._pod_warnings(key, memory, children),
             accepted_spec=self._accepted_spec(ran_on, generation),
             accepted_raw=ran_on,
             default_image=self.default_image,
@@ -197,6 +201,39 @@ class Executor:
             priority=priority,
         )
         return seen, memory
+
+    async def _secret(self, key: Key, memory: JobMemory, body: Obj) -> tuple[Obj, ...]:
+        """The job's SSH Secret. Secrets are not watched: a watch would need the right
+        to list and watch every Secret of the cluster. It is read once per process for
+        a job that may still start pods (the first reconcile, after a restart or a
+        failover), then known from this operator's own creates and deletes, and read
+        again before pods that mount it are created (_secret_gone): a Secret deleted by
+        hand matters only to pods not started yet."""
+        gloo = (body.get("spec") or {}).get("launchMode") == "gloo"
+        finished = (body.get("status") or {}).get("phase") in TERMINAL_PHASES
+        if not memory.secret_read and not gloo and not finished:
+            await self._read_secret(key, memory)
+        return (memory.secret,) if memory.secret is not None else ()
+
+    async def _read_secret(self, key: Key, memory: JobMemory) -> Obj | None:
+        found = await self.kube.get("Secret", key[0], names.secret_name(key[1]))
+        memory.secret = views.slim_owned(found) if found is not None else None
+        memory.secret_read = True
+        return memory.secret
+
+    async def _secret_gone(
+        self, key: Key, memory: JobMemory, creates: list[dict[str, Any]]
+    ) -> bool:
+        """Whether the job's Secret, which this plan's pods mount, was deleted since it
+        was read: then nothing is created, and the next reconcile (at once) sees it
+        gone (phases: a restart where the attempt's workers hold its key; else a new
+        Secret). One GET per reconcile that creates pods, none for gloo."""
+        if memory.secret is None or any(o["kind"] == "Secret" for o in creates):
+            return False
+        sent = [o for o in creates if o["metadata"]["name"] not in memory.creating]
+        if not any(o["kind"] in ("Pod", "Job") for o in sent):
+            return False
+        return await self._read_secret(key, memory) is None
 
     @staticmethod
     def _ran_on(
@@ -268,48 +305,26 @@ class Executor:
         for name in [n for n in memory.refused if n in seen]:
             del memory.refused[name]
 
-    async def _pod_warnings(
-        self, key: Key, memory: JobMemory, children: Children, now_s: float
-    ) -> dict[str, tuple[str, str]]:
-        """The newest Warning Event of each pod slow to start (FailedMount, ...).
+    def _pod_warnings(self, key: Key, memory: JobMemory, children: Children) -> dict[str, Warning]:
+        """The newest Warning Event of each pod slow to start (FailedMount, ...), as
+        pod_warnings.py last read them; asks for the job's slow pods, no request here.
 
-        Sets memory.warnings_due: when to look again, since nothing else may
-        trigger a reconcile of a pod that only waits.
+        Sets memory.warnings_due: when a waiting pod passes SLOW_START_SECONDS (nothing
+        else may trigger a reconcile of a pod that only waits); after that the reader
+        wakes the job when its pods' warnings change.
         """
-        found: dict[str, tuple[str, str]] = {}
+        slow: list[str] = []
         dues: list[float] = []
         for pod in [*children.workers, *children.launcher_pods]:
-            name = name_of(pod)
             if not waiting_to_start(pod):
-                memory.warnings.pop(name, None)
                 continue
             waited = _waiting_for(pod)
             if waited < SLOW_START_SECONDS:
                 dues.append(SLOW_START_SECONDS - waited)
-                continue
-            fetched_at, warning = memory.warnings.get(name, (-WARNINGS_INTERVAL, None))
-            if now_s - fetched_at >= WARNINGS_INTERVAL:
-                warning = await self._newest_warning(key[0], name)
-                fetched_at = now_s
-                memory.warnings[name] = (fetched_at, warning)
-            dues.append(fetched_at + WARNINGS_INTERVAL - now_s)
-            if warning is not None:
-                found[name] = warning
+            else:
+                slow.append(name_of(pod))
         memory.warnings_due = max(0.5, min(dues)) if dues else None
-        return found
-
-    async def _newest_warning(self, namespace: str, pod: str) -> tuple[str, str] | None:
-        try:
-            events = await self.kube.list_events(
-                namespace, f"involvedObject.kind=Pod,involvedObject.name={pod},type=Warning"
-            )
-        except KubeError as error:
-            logger.debug("cannot read the events of pod %s/%s: %s", namespace, pod, error)
-            return None
-        if not events:
-            return None
-        newest = max(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-        return str(newest.get("reason") or "Warning"), str(newest.get("message") or "")
+        return self.pod_warnings.want(key, slow)
 
     # --- acting --------------------------------------------------------------------------
 
@@ -483,6 +498,8 @@ class Executor:
                 errors.append(result)
         if errors:
             raise errors[0]
+        if any(t.kind == "Secret" for t in targets):
+            memory.secret = None  # and known: not read again
         for target in targets:
             if target.warning is not None and body is not None:
                 await self._post_event(body, Event("Warning", "ForceDeleted", target.warning))
@@ -493,6 +510,11 @@ class Executor:
         """Create in dependency order (the pods mount the Secret and ConfigMap); the
         seconds until a refused create may be tried again, if any."""
         generation = int(body["metadata"].get("generation") or 0)
+        if await self._secret_gone(key, memory, creates):
+            logger.info(
+                "job %s/%s: its SSH Secret is gone; looking again before creating pods", *key
+            )
+            return 0.0
         kinds = (("Workload", "Secret", "ConfigMap", "Service", "PodGroup"), ("Pod",), ("Job",))
         for stage_kinds in kinds:
             stage = [obj for obj in creates if obj["kind"] in stage_kinds]
@@ -515,7 +537,7 @@ class Executor:
         meta = obj["metadata"]
         kind, name = obj["kind"], meta["name"]
         try:
-            await self.kube.create(obj)
+            created = await self.kube.create(obj)
         except KubeError as error:
             if error.conflict:
                 return await self._already_exists(memory, obj, generation)
@@ -530,6 +552,8 @@ class Executor:
             memory.creating[name] = time.monotonic()
         if kind == "PodGroup":
             await self._retire_earlier_groups(memory, obj)
+        if kind == "Secret":
+            memory.secret, memory.secret_read = views.slim_owned(created or obj), True
         return True
 
     async def _already_exists(
@@ -541,6 +565,9 @@ class Executor:
         current = await self.kube.get(
             obj["kind"], meta["namespace"], meta["name"], str(obj.get("apiVersion") or "")
         )
+        if obj["kind"] == "Secret":
+            memory.secret = views.slim_owned(current) if current is not None else None
+            memory.secret_read = current is not None
         if current is None or controlled_by(current, memory.uid):
             memory.refused.pop(meta["name"], None)
             if obj["kind"] == "PodGroup":

@@ -28,6 +28,7 @@ from .discovery import KUEUE, Discovery, Feature
 from .first_step import FirstStepWatcher
 from .kube import FIELD_MANAGER, Kube
 from .leader import RENEW_DEADLINE, LeaderElector
+from .pod_warnings import PodWarnings
 from .reconciler import Reconciler
 from .settings import OperatorConfig
 
@@ -48,6 +49,9 @@ def configure_settings(settings: kopf.OperatorSettings) -> None:
     # double the writes per job.
     settings.posting.enabled = False
     settings.networking.request_timeout = 60
+    # kopf serves no resource here (watches.py): its scan of the cluster's APIs would
+    # only add a list/watch of every CRD, a right the operator then needs for nothing.
+    settings.scanning.disabled = True
 
 
 async def _check_crd(kube: Kube) -> None:
@@ -113,11 +117,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Workloads are watched only where Kueue serves them (a restart picks up a later
     # install); known only later, their watch starts then.
     kinds = [*watches.ALWAYS, *([watches.WORKLOADS] if discovery.served["kueue"] else [])]
-    # Time to the first training step: rank 0's line in its log (first_step.py).
-    watcher = FirstStepWatcher(
-        kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
-    )
-    memo.first_step = asyncio.create_task(watcher.run())
+    # Time to the first training step: rank 0's line in its log (first_step.py). Off,
+    # the operator reads no pod's log (the chart then grants no pods/log).
+    memo.first_step = None
+    if config.first_step_metric:
+        watcher = FirstStepWatcher(
+            kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
+        )
+        memo.first_step = asyncio.create_task(watcher.run())
+    # Why pods are slow to start: a namespace's Warning Events at a time, on the
+    # diagnostics budget, beside the reconciles (pod_warnings.py).
+    warnings = PodWarnings(kube, on_change=reconciler.trigger, active=lambda: reconciler.active)
+    reconciler.executor.pod_warnings = warnings
+    memo.pod_warnings = asyncio.create_task(warnings.run())
     memo.loop_lag = asyncio.create_task(metrics.measure_loop_lag())
     memo.elector = None
     memo.elector_kube = None
@@ -197,7 +209,7 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    for name in ("elector", "first_step", "discovery", "loop_lag"):
+    for name in ("elector", "first_step", "discovery", "loop_lag", "pod_warnings"):
         task: asyncio.Task[None] | None = getattr(memo, name, None)
         if task is not None:
             task.cancel()

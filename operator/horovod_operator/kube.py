@@ -67,7 +67,8 @@ class KubeError(Exception):
         return self.status in (400, 422)
 
 
-# The budget of the describing reads (Kube._diagnostics), beside the client QPS/burst.
+# The budget of the describing reads (Kube._diagnostics: rank 0's log, slow pods'
+# Events), beside the client QPS/burst that creates and status writes share.
 DIAGNOSTIC_QPS: Final = 5.0
 DIAGNOSTIC_BURST: Final = 10
 
@@ -201,8 +202,9 @@ class Kube:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         counted_as: str | None = None,
+        limiter: RateLimiter | None = None,
     ) -> Obj:
-        await self._limiter.acquire()
+        await (limiter or self._limiter).acquire()
         self.on_request(counted_as or verb, kind)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
@@ -305,9 +307,14 @@ class Kube:
         )
 
     async def list_events(self, namespace: str, field_selector: str) -> list[Obj]:
-        """core/v1 Events in `namespace` matching a field selector."""
+        """core/v1 Events in `namespace` matching a field selector: a diagnosis, on the
+        diagnostics budget (never a token a create waits for), served from the API
+        server's watch cache (resourceVersion 0: a second's staleness is fine here)."""
         path = _PATHS["Event"].format(namespace=namespace)
-        data = await self._request("GET", "Event", path, query={"fieldSelector": field_selector})
+        query = {"fieldSelector": field_selector, "resourceVersion": "0"}
+        data = await self._request(
+            "GET", "Event", path, query=query, counted_as="LIST", limiter=self._diagnostics
+        )
         items: list[Obj] = data.get("items") or []
         return items
 

@@ -43,12 +43,15 @@ class JobMemory:
     patched: Obj | None = None
     last_write: float = -PROGRESS_INTERVAL
     deferred: bool = False  # a progress-only status change waits for its interval
-    warnings_due: float | None = None  # when to read slow pods' Events again
-    warnings: dict[str, tuple[float, tuple[str, str] | None]] = field(default_factory=dict)
+    warnings_due: float | None = None  # when a waiting pod becomes slow to start
     # Launcher pods seen disrupted (Children.launcher_disruptions), a few at most.
     launcher_disruptions: dict[str, str] = field(default_factory=dict)
     # The PodGroup whose predecessors are deleted (executor._retire_earlier_groups).
     group: str = ""
+    # The job's SSH Secret (views.slim_owned; None: none), as last read or written:
+    # Secrets are not watched (executor._secret). `secret_read`: it is known.
+    secret: Obj | None = None
+    secret_read: bool = False
 
 
 @dataclass
@@ -58,7 +61,6 @@ class Indexes:
     jobs: Index = field(default_factory=dict)
     pods: Index = field(default_factory=dict)
     launchers: Index = field(default_factory=dict)
-    secrets: Index = field(default_factory=dict)
     config_maps: Index = field(default_factory=dict)
     services: Index = field(default_factory=dict)
     workloads: Index = field(default_factory=dict)

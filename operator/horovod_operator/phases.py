@@ -387,13 +387,19 @@ def _judge_failures(
 def _secret_lost(
     job: HorovodJob, previous: HorovodJobStatus, children: Children, attempt: int
 ) -> bool:
-    """An mpi attempt under way (Starting or Running: its Secret was seen, its workers
-    mount it) whose SSH Secret is gone."""
+    """An mpi attempt under way whose SSH Secret is gone while a worker of it may
+    hold its key: one bound to a node (its kubelet mounts the Secret). Workers that
+    all still wait for a node would simply mount a new one; any other case would
+    give the later launcher a key some workers' sshd does not know. (Secrets are not
+    watched: the executor finds one gone before it creates pods that mount it.)"""
     return (
         job.spec.launch_mode == "mpi"
-        and previous.phase in ("Starting", "Running")
+        and previous.phase in ("Pending", "Starting", "Running")
         and children.secret is None
-        and any(attempt_of(pod) == attempt for pod in children.workers)
+        and any(
+            attempt_of(pod) == attempt and (pod.get("spec") or {}).get("nodeName")
+            for pod in children.workers
+        )
     )
 
 

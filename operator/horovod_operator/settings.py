@@ -29,6 +29,7 @@ class OperatorConfig:
     leader_election_id: str = "horovod-operator"
     stall_seconds: float = 180.0  # /healthz fails when a reconcile runs longer
     restrict_templates: bool = False  # refuse templates that gain privileges
+    first_step_metric: bool = True  # read rank 0's log for the time to the first step
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -127,8 +128,16 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         "--restrict-templates",
         action=argparse.BooleanOptionalAction,
         default=_env("RESTRICT_TEMPLATES", "false").lower() in ("1", "true", "yes"),
-        help="refuse pod templates that name another ServiceAccount, mount a hostPath or "
-        "another job's Secret, run privileged or in host namespaces (InvalidSpec naming the rule)",
+        help="refuse pod templates that name another ServiceAccount, mount another job's "
+        "Secret, run privileged or in host namespaces, ask for a hostPort or nodeName, or use "
+        "a volume type outside an allow-list (InvalidSpec naming the rule)",
+    )
+    parser.add_argument(
+        "--first-step-metric",
+        action=argparse.BooleanOptionalAction,
+        default=_env("FIRST_STEP_METRIC", "true").lower() in ("1", "true", "yes"),
+        help="read the start of rank 0's log for the time to the first training step "
+        "(needs get on pods/log; off: no pod log is read)",
     )
     args = parser.parse_args(argv)
 
@@ -153,4 +162,5 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         leader_election_id=args.leader_election_id,
         stall_seconds=args.stall_seconds,
         restrict_templates=args.restrict_templates,
+        first_step_metric=args.first_step_metric,
     )

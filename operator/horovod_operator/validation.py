@@ -182,6 +182,20 @@ def _json_type(value: Any) -> str:
 # A job author must not gain through the operator what they could not do by
 # creating pods themselves. Each rule has a name the refusal quotes.
 _HOST_NAMESPACES: Final = ("hostNetwork", "hostPID", "hostIPC")
+# The volume types a template may use: those PodSecurity `restricted` allows, less
+# inline `csi` (a driver's own rules, not the namespace's, decide what it mounts).
+# An allow-list, so that a type added to Kubernetes later is refused until checked:
+# hostPath, nfs, iscsi, csi and the other in-tree sources reach storage the job's
+# author could not claim through a PersistentVolumeClaim of their namespace.
+ALLOWED_VOLUMES: Final = (
+    "configMap",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+)
 
 
 def template_policy_violations(job_name: str, where: str, template: Any) -> list[str]:
@@ -200,19 +214,23 @@ def template_policy_violations(job_name: str, where: str, template: Any) -> list
     for key in _HOST_NAMESPACES:
         if spec.get(key):
             found.append(f"rule HostNamespaces: {where}.spec.{key} is true")
+    if spec.get("nodeName"):
+        found.append(
+            f"rule NodeName: {where}.spec.nodeName binds the pod to a node past the "
+            "scheduler (and its quota, gang and queue); use nodeSelector or affinity"
+        )
     for volume in spec.get("volumes") or ():
-        if not isinstance(volume, dict):
-            continue
-        if "hostPath" in volume:
-            found.append(
-                f"rule HostPath: {where}.spec.volumes {volume.get('name')!r} is a hostPath"
-            )
-        secret = (volume.get("secret") or {}).get("secretName")
-        if _other_jobs_secret(job_name, secret):
-            found.append(f"rule OtherJobSecret: {where} mounts Secret {secret!r} of another job")
+        if isinstance(volume, dict):
+            found.extend(_volume_violations(job_name, where, volume))
     for container in [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]:
         context = container.get("securityContext") or {}
         name = container.get("name")
+        for port in container.get("ports") or ():
+            if isinstance(port, dict) and port.get("hostPort"):
+                found.append(
+                    f"rule HostPort: {where} container {name!r} asks for hostPort "
+                    f"{port['hostPort']} (a port of the node itself)"
+                )
         if context.get("privileged"):
             found.append(f"rule Privileged: {where} container {name!r} is privileged")
         if (context.get("capabilities") or {}).get("add"):
@@ -233,6 +251,28 @@ def template_policy_violations(job_name: str, where: str, template: Any) -> list
                 found.append(
                     f"rule OtherJobSecret: {where} reads Secret {ref.get('name')!r} of another job"
                 )
+    return found
+
+
+def _volume_violations(job_name: str, where: str, volume: dict[str, Any]) -> list[str]:
+    name = volume.get("name")
+    kinds = [key for key in volume if key != "name"]
+    found = []
+    if "hostPath" in kinds:
+        found.append(f"rule HostPath: {where}.spec.volumes {name!r} is a hostPath")
+    other = [key for key in kinds if key not in ALLOWED_VOLUMES and key != "hostPath"]
+    if other:
+        found.append(
+            f"rule VolumeType: {where}.spec.volumes {name!r} is a {other[0]} volume; "
+            f"allowed: {', '.join(ALLOWED_VOLUMES)}"
+        )
+    secrets = [(volume.get("secret") or {}).get("secretName")]
+    for source in (volume.get("projected") or {}).get("sources") or ():
+        if isinstance(source, dict):
+            secrets.append((source.get("secret") or {}).get("name"))
+    for secret in secrets:
+        if _other_jobs_secret(job_name, secret):
+            found.append(f"rule OtherJobSecret: {where} mounts Secret {secret!r} of another job")
     return found
 
 

@@ -85,13 +85,14 @@ class Kind:
 JOBS: Final = Kind("jobs", "HorovodJob", f"{GROUP}/{VERSION}", PLURAL, views.whole, None)
 PODS: Final = Kind("pods", "Pod", "v1", "pods", views.slim_pod)
 LAUNCHERS: Final = Kind("launchers", "Job", "batch/v1", "jobs", views.whole)
-SECRETS: Final = Kind("secrets", "Secret", "v1", "secrets", views.slim_owned)
 CONFIG_MAPS: Final = Kind("config_maps", "ConfigMap", "v1", "configmaps", views.slim_config_map)
 SERVICES: Final = Kind("services", "Service", "v1", "services", views.slim_owned)
 WORKLOADS: Final = Kind(
     "workloads", "Workload", "kueue.x-k8s.io/v1beta2", "workloads", views.slim_workload
 )
-ALWAYS: Final = (JOBS, PODS, LAUNCHERS, SECRETS, CONFIG_MAPS, SERVICES)
+# Not Secrets: that watch would need the right to list and watch every Secret in
+# the cluster; the job's SSH Secret is read by name instead (executor._secret).
+ALWAYS: Final = (JOBS, PODS, LAUNCHERS, CONFIG_MAPS, SERVICES)
 
 
 class Store(Mapping[Key, Collection[Obj]]):

@@ -927,6 +927,42 @@ def test_a_pod_stuck_terminating_past_its_grace_is_force_deleted() -> None:
             },
             "rule OtherJobSecret: spec.worker.template reads Secret 'other-ssh'",
         ),
+        # The bypasses of the first version of the policy (issue #34).
+        (
+            {
+                "spec": {
+                    "volumes": [
+                        {"name": "p", "projected": {"sources": [{"secret": {"name": "other-ssh"}}]}}
+                    ]
+                }
+            },
+            "rule OtherJobSecret: spec.worker.template mounts Secret 'other-ssh'",
+        ),
+        (
+            {
+                "spec": {
+                    "containers": [{"name": "w", "ports": [{"containerPort": 22, "hostPort": 22}]}]
+                }
+            },
+            "rule HostPort: spec.worker.template container 'w' asks for hostPort 22",
+        ),
+        ({"spec": {"nodeName": "gpu-node-7"}}, "rule NodeName: spec.worker.template.spec.nodeName"),
+        (
+            {"spec": {"volumes": [{"name": "d", "csi": {"driver": "x.example.com"}}]}},
+            "rule VolumeType: spec.worker.template.spec.volumes 'd' is a csi volume",
+        ),
+        (
+            {"spec": {"volumes": [{"name": "d", "nfs": {"server": "nas", "path": "/"}}]}},
+            "rule VolumeType: spec.worker.template.spec.volumes 'd' is a nfs volume",
+        ),
+        (
+            {
+                "spec": {
+                    "volumes": [{"name": "d", "iscsi": {"targetPortal": "t", "iqn": "i", "lun": 0}}]
+                }
+            },
+            "rule VolumeType: spec.worker.template.spec.volumes 'd' is a iscsi volume",
+        ),
     ],
 )
 def test_the_template_policy_refuses_what_a_pod_author_could_not_do(
@@ -948,6 +984,21 @@ def test_the_template_policy_refuses_what_a_pod_author_could_not_do(
         stored(decide(observe(own, with_infra=False, restrict_templates=True)))["phase"]
         == "Pending"
     )
+
+
+def test_the_template_policy_allows_the_volumes_a_restricted_pod_may_use() -> None:
+    volumes = [
+        {"name": "c", "configMap": {"name": "data"}},
+        {"name": "d", "downwardAPI": {"items": []}},
+        {"name": "e", "emptyDir": {"medium": "Memory"}},
+        {"name": "p", "persistentVolumeClaim": {"claimName": "datasets"}},
+        {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+        {"name": "s", "secret": {"secretName": "wandb"}},
+        {"name": "x", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+    ]
+    job = body(worker={"template": {"spec": {"volumes": volumes}}})
+    status = stored(decide(observe(job, with_infra=False, restrict_templates=True)))
+    assert status["phase"] == "Pending", status
 
 
 def test_the_template_policy_rejects_an_edit_of_a_running_job() -> None:

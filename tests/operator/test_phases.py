@@ -48,6 +48,7 @@ def pod(
     exit_code: int | None = None,
     reason: str | None = None,
     terminating: bool = False,
+    node: str | None = None,
 ) -> dict[str, Any]:
     status: dict[str, Any] = {
         "phase": phase,
@@ -68,7 +69,10 @@ def pod(
     }
     if terminating:
         metadata["deletionTimestamp"] = NOW_S
-    return {"metadata": metadata, "spec": {"containers": [{"name": role}]}, "status": status}
+    spec: dict[str, Any] = {"containers": [{"name": role}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": metadata, "spec": spec, "status": status}
 
 
 def worker(i: int, phase: str = "Running", **kw: Any) -> dict[str, Any]:
@@ -498,7 +502,7 @@ def test_two_thousand_failed_ranks_fit_a_small_status_and_the_first_is_kept() ->
 
 
 def test_a_secret_deleted_while_the_attempt_runs_restarts_it_uncounted() -> None:
-    pods = [worker(0), worker(1), launcher_pod()]
+    pods = [worker(0, node="n"), worker(1, node="n"), launcher_pod(node="n")]
     running = make_job(RUNNING, backoffLimit=0)
     result = compute_status(running, kids(pods, launcher_job(), secret=False), NOW)
     assert result.phase == "Restarting"
@@ -508,5 +512,11 @@ def test_a_secret_deleted_while_the_attempt_runs_restarts_it_uncounted() -> None
     assert compute_status(running, kids(pods, launcher_job()), NOW).phase == "Running"
     gloo = make_job(RUNNING, launch_mode="gloo", backoffLimit=0)
     assert compute_status(gloo, kids(pods, launcher_job(), secret=False), NOW).phase == "Running"
+    # Workers that all wait for a node mount whichever Secret there is when they start.
     pending = make_job({**RUNNING, "phase": "Pending"}, backoffLimit=0)
-    assert compute_status(pending, kids([worker(0)], None, secret=False), NOW).phase == "Pending"
+    waiting = [worker(0, "Pending", ready=False), worker(1, "Pending", ready=False)]
+    assert compute_status(pending, kids(waiting, None, secret=False), NOW).phase == "Pending"
+    # One already bound may hold the old key while the other waits: start over.
+    waiting[0] = worker(0, "Running", node="n")
+    result = compute_status(pending, kids(waiting, None, secret=False), NOW)
+    assert result.phase == "Restarting" and result.uncounted_restarts == 1, result

@@ -45,6 +45,7 @@ class FakeKube:
         self.calls: list[tuple[str, str, str]] = []
         self.refuse: dict[str, KubeError] = {}
         self.existing: dict[str, dict[str, Any]] = {}
+        self.created: dict[str, dict[str, Any]] = {}  # what a GET finds
         self.status_conflict = False
         self.events: list[tuple[str, str]] = []
 
@@ -55,16 +56,18 @@ class FakeKube:
             raise self.refuse[name]
         if name in self.existing:
             raise KubeError(409, "AlreadyExists", f"{name} already exists")
+        self.created[name] = obj
         return obj
 
     async def get(
         self, kind: str, namespace: str, name: str, api_version: str = ""
     ) -> dict[str, Any] | None:
         self.calls.append(("get", kind, name))
-        return self.existing.get(name)
+        return self.existing.get(name) or self.created.get(name)
 
     async def delete(self, kind: str, namespace: str, name: str, *_: Any) -> None:
         self.calls.append(("delete", kind, name))
+        self.created.pop(name, None)
 
     async def merge_patch(self, kind: str, namespace: str, name: str, patch: Any) -> Any:
         self.calls.append(("patch", kind, name))
@@ -185,9 +188,8 @@ def test_a_permanent_refusal_fails_the_job_and_removes_what_was_created() -> Non
                 "labels": {"horovod.ai/role": "worker", "horovod.ai/attempt": "0"},
             },
         }
-        secret = {"kind": "Secret", "metadata": {"name": "j-ssh", "ownerReferences": owner}}
+        # The Secret is not watched: the executor knows it from its own create.
         loop.executor.indexes.pods = {KEY: [pod]}
-        loop.executor.indexes.secrets = {KEY: [secret]}
         await loop.reconcile(KEY)
 
     asyncio.run(run())

@@ -43,12 +43,13 @@ The rules the operator needs, and nothing more. Shared by the ClusterRole
 checks with `kubectl auth can-i` that nothing beyond them is granted.
 */}}
 {{- define "horovod-operator.rules" -}}
+# Watched; read again after a status conflict; deleted when its TTL passes.
 - apiGroups: ["horovod.ai"]
   resources: ["horovodjobs"]
-  verbs: ["get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "list", "watch", "delete"]
 - apiGroups: ["horovod.ai"]
   resources: ["horovodjobs/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 # Children set blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement
 # admission plugin allows only to who may update the owner's finalizers.
 - apiGroups: ["horovod.ai"]
@@ -58,15 +59,22 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete", "deletecollection"]
+{{- if .Values.metrics.firstStep.enabled }}
 # The start of rank 0's log, until its first-step line: time to first step.
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]
-# The job's Secret, ConfigMap and Service are watched (label-selected) so that
-# one deleted by hand is recreated, and a name held by another owner is seen.
+{{- end }}
+# The job's ConfigMap and Service are watched (label-selected) so that one
+# deleted by hand is recreated, and a name held by another owner is seen.
 - apiGroups: [""]
-  resources: ["services", "secrets"]
+  resources: ["services"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# The job's SSH Secret is read by name, never listed or watched: that would
+# take every Secret of the cluster (or namespace) into the operator.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "delete"]
 # The hostfile is rewritten when a restart or resume changes replicas or slots.
 - apiGroups: [""]
   resources: ["configmaps"]
@@ -97,5 +105,5 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
   verbs: ["get", "list", "watch", "create"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
-  verbs: ["get", "patch"]
+  verbs: ["patch"]
 {{- end }}

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from horovod_operator import permissions
 from localcluster.paths import REPO
 from localcluster.poll import holds, wait_for
 from localcluster.processes import free_port, stop_process
@@ -24,36 +25,9 @@ from tests.support.cluster import KubeCluster
 CHART = str(REPO / "charts" / "horovod-operator")
 CUSTOM_VALUES = str(REPO / "tests" / "testdata" / "values-custom.yaml")
 
-# What the operator may do, and nothing more (charts/horovod-operator/templates/_helpers.tpl).
-EXPECTED_RULES = {
-    "horovodjobs.horovod.ai": {"get", "list", "watch", "patch", "delete"},
-    "horovodjobs.horovod.ai/status": {"get", "patch"},
-    "horovodjobs.horovod.ai/finalizers": {"update"},
-    "pods": {"get", "list", "watch", "create", "delete", "deletecollection"},
-    "pods/log": {"get"},
-    "services": {"get", "list", "watch", "create", "delete"},
-    "secrets": {"get", "list", "watch", "create", "delete"},
-    "configmaps": {"get", "list", "watch", "create", "patch", "delete"},
-    "jobs.batch": {"get", "list", "watch", "create", "delete"},
-    "events": {"create", "list"},
-    "podgroups.scheduling.k8s.io": {"get", "create", "deletecollection"},
-    "podgroups.scheduling.volcano.sh": {"get", "create", "deletecollection"},
-    "podgroups.scheduling.x-k8s.io": {"get", "create", "deletecollection"},
-    "workloads.kueue.x-k8s.io": {"get", "list", "watch", "create"},
-    "workloads.kueue.x-k8s.io/status": {"get", "patch"},
-    "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
-    "namespaces": {"get", "list", "watch"},
-    "resourceflavors.kueue.x-k8s.io": {"get", "list", "watch"},
-    "workloadpriorityclasses.kueue.x-k8s.io": {"get", "list", "watch"},
-    "priorityclasses.scheduling.k8s.io": {"get"},
-}
-CLUSTER_READER = {
-    "customresourcedefinitions.apiextensions.k8s.io": {"get", "list", "watch"},
-    "namespaces": {"get", "list", "watch"},
-    "resourceflavors.kueue.x-k8s.io": {"get", "list", "watch"},
-    "workloadpriorityclasses.kueue.x-k8s.io": {"get", "list", "watch"},
-    "priorityclasses.scheduling.k8s.io": {"get"},
-}
+# What the operator may do, and nothing more: the code's own list (permissions.py).
+EXPECTED_RULES = {r: set(v) for r, v in {**permissions.namespaced(), **permissions.CLUSTER}.items()}
+CLUSTER_READER = {r: set(v) for r, v in permissions.CLUSTER.items()}
 
 
 def _docs(text: str) -> list[dict[str, Any]]:
@@ -191,25 +165,48 @@ def _granted(cluster: KubeCluster, sa_user: str, namespace: str) -> dict[str, se
     return {r: v for r, v in extra.items() if v}
 
 
-@pytest.mark.parametrize("mode", ["all-namespaces", "namespace-list"])
+@pytest.mark.parametrize(
+    ("mode", "first_step"),
+    [("all-namespaces", True), ("namespace-list", True), ("namespace-list", False)],
+)
 def test_rbac_grants_exactly_what_the_operator_uses(
-    cluster: KubeCluster, namespace: str, crd: None, mode: str
+    cluster: KubeCluster, namespace: str, crd: None, mode: str, first_step: bool
 ) -> None:
     jobs_ns = f"{namespace}-jobs"[:63]
     _ensure_namespace(cluster, jobs_ns)
-    release = f"rbac-{mode}"[:20]
+    release = f"rbac-{mode[:3]}" + ("" if first_step else "-nolog")
     args = ["--set", f"watchNamespaces={{{jobs_ns}}}"] if mode == "namespace-list" else []
+    if not first_step:
+        args += ["--set", "metrics.firstStep.enabled=false"]
     cluster.helm("install", release, CHART, "-n", namespace, *args)
     try:
         sa = f"system:serviceaccount:{namespace}:{release}-horovod-operator"
-        assert _granted(cluster, sa, jobs_ns) == EXPECTED_RULES
+        expected = {
+            r: set(v)
+            for r, v in {**permissions.namespaced(first_step), **permissions.CLUSTER}.items()
+        }
+        assert _granted(cluster, sa, jobs_ns) == expected
         if mode == "namespace-list":
             # Outside the list only the cluster-scoped reader remains.
             assert _granted(cluster, sa, "default") == CLUSTER_READER
+        # can-i --list shows a resourceNames rule as granted: ask for other names.
+        for verb, resource, name, allowed in [
+            ("get", "customresourcedefinitions", "horovodjobs.horovod.ai", "yes"),
+            ("get", "customresourcedefinitions", "workloads.kueue.x-k8s.io", "no"),
+            ("list", "customresourcedefinitions", "", "no"),
+            ("list", "secrets", "", "no"),
+            ("watch", "secrets", "", "no"),
+            ("list", "namespaces", "", "no"),
+        ]:
+            target = f"{resource}/{name}" if name else resource
+            proc = cluster.kubectl(
+                "auth", "can-i", verb, target, f"--as={sa}", "-n", jobs_ns, check=False
+            )  # fmt: skip
+            assert proc.stdout.strip() == allowed, (verb, target, proc.stdout)
         for verb, resource, subresource, allowed in [
             ("create", "pods", "", "yes"),
             # The start of rank 0's log: the time to the first step (first_step.py).
-            ("get", "pods", "log", "yes"),
+            ("get", "pods", "log", "yes" if first_step else "no"),
             ("update", "horovodjobs.horovod.ai", "", "no"),
             ("update", "secrets", "", "no"),
             ("patch", "events", "", "no"),
@@ -415,6 +412,71 @@ def test_rbac_without_deletecollection_still_deletes_the_workers_one_by_one(
         assert "grant the operator the deletecollection verb on pods" in log
         assert log.count("pods are deleted one by one") == 1
         assert proc.poll() is None
+
+
+# Each way around the first template policy (issue #34) and the rule that now refuses it.
+BYPASSES: dict[str, tuple[dict[str, Any], str]] = {
+    "projected": (
+        {"volumes": [{"name": "k", "projected": {"sources": [{"secret": {"name": "x-ssh"}}]}}]},
+        "rule OtherJobSecret",
+    ),
+    "hostport": (
+        {"containers": [{"name": "worker", "ports": [{"containerPort": 22, "hostPort": 2222}]}]},
+        "rule HostPort",
+    ),
+    "nodename": ({"nodeName": "kwok-gpu-0"}, "rule NodeName"),
+    "nfs": ({"volumes": [{"name": "d", "nfs": {"server": "nas", "path": "/"}}]}, "rule VolumeType"),
+    "csi": ({"volumes": [{"name": "d", "csi": {"driver": "x.example.com"}}]}, "rule VolumeType"),
+}
+
+
+def test_the_chart_policy_refuses_every_bypass_and_runs_jobs_without_reading_logs(
+    cluster: KubeCluster, installed: tuple[str, str], tmp_path: Path
+) -> None:
+    release_ns, jobs_ns = installed
+    cluster.helm(
+        "upgrade", "hvop", CHART, "-n", release_ns, "--reuse-values",
+        "--set", "policy.restrictTemplates=true", "--set", "metrics.firstStep.enabled=false",
+    )  # fmt: skip
+    sa = f"system:serviceaccount:{release_ns}:hvop-horovod-operator"
+    proc = cluster.kubectl(
+        "auth", "can-i", "get", "pods", "--subresource=log", f"--as={sa}", "-n", jobs_ns,
+        check=False,
+    )  # fmt: skip
+    assert proc.stdout.strip() == "no"
+    with _chart_operator(cluster, release_ns, tmp_path) as (op, log_path, env):
+        assert env["HOROVOD_OPERATOR_RESTRICT_TEMPLATES"] == "true"
+        assert env["HOROVOD_OPERATOR_FIRST_STEP_METRIC"] == "false"
+        for name, (spec, _) in BYPASSES.items():
+            job = {
+                "apiVersion": "horovod.ai/v1alpha1",
+                "kind": "HorovodJob",
+                "metadata": {"name": name},
+                "spec": {
+                    "command": ["python", "-m", "horovod_worker.train"],
+                    "worker": {"replicas": 1, "template": {"spec": spec}},
+                },
+            }
+            cluster.apply(job, jobs_ns)
+        for name, (_, rule) in BYPASSES.items():
+
+            def refused(name: str = name) -> dict[str, Any] | None:
+                status = cluster.get("hvjob", name, jobs_ns).get("status") or {}
+                return status if status.get("phase") == "Failed" else None
+
+            # 60 s: the operator starts and takes the Lease first (slow on a busy machine).
+            status = wait_for(refused, 60, message=f"job {name} refused")
+            assert status["reason"] == "InvalidSpec" and rule in status["message"], status
+            pods = cluster.get("pods", namespace=jobs_ns, selector=f"horovod.ai/job-name={name}")
+            assert pods["items"] == [], name
+        # A job within the rules runs to the end; no pod's log is read.
+        _run_to_succeeded(cluster, jobs_ns, log_path)
+        holds(
+            lambda: op.poll() is None and not _refused(log_path.read_text(errors="replace")),
+            1.0,
+            message="no API refusal in the operator's log",
+            describe=lambda: log_path.read_text(errors="replace")[-3000:],
+        )
 
 
 def test_namespace_editors_can_run_jobs_and_viewers_only_read_them(

@@ -621,7 +621,7 @@ def test_a_status_field_of_a_newer_release_does_not_fail_the_job(
 # --- children removed by hand -------------------------------------------------------------
 
 
-def test_deleted_configmap_and_service_are_recreated_and_a_secret_restarts(
+def test_deleted_configmap_and_service_are_recreated_and_a_secret_waits_for_new_pods(
     jobs: Jobs, namespace: str, cluster: KubeCluster
 ) -> None:
     jobs.apply(hvjob("mended", replicas=2))
@@ -647,19 +647,69 @@ def test_deleted_configmap_and_service_are_recreated_and_a_secret_restarts(
         jobs.op.wait(recreated, 20, f"{kind} {name} recreated")
     assert sorted(p["metadata"]["uid"] for p in jobs.pods("mended")) == pods
     assert jobs.status("mended")["phase"] == "Running"
-    # The SSH Secret: a new one would hold a key the running workers do not know, so
-    # the attempt starts over (uncounted) with one key for launcher and workers.
+    # The SSH Secret is not watched (the operator may not list Secrets): the running
+    # pods keep the key they mounted, and nothing restarts for it.
     old_key = cluster.get("secret", "mended-ssh", namespace)["metadata"]["uid"]
     cluster.kubectl("delete", "secret", "mended-ssh", "-n", namespace)
+    jobs.op.stays(
+        lambda: (
+            jobs.status("mended").get("phase") == "Running"
+            and sorted(p["metadata"]["uid"] for p in jobs.pods("mended")) == pods
+        ),
+        3.0,
+        "the attempt runs on",
+    )
+    # The next attempt's pods get one new key, launcher and workers alike.
+    cluster.set_pod_phase(namespace, "mended-worker-1", "Failed", exit_code=1)
     restarted = jobs.op.wait(
         lambda: (s := jobs.status("mended")).get("restarts") == 1 and s, 30, "a restart"
     )
-    assert restarted["uncountedRestarts"] == 1, restarted
-    assert any(f["reason"] == "SecretDeleted" for f in restarted["failures"]), restarted
+    assert restarted["uncountedRestarts"] == 0, restarted
     jobs.wait_running("mended", timeout=60)
     secret = cluster.get("secret", "mended-ssh", namespace)["metadata"]
     assert secret["uid"] != old_key and owner_uids([{"metadata": secret}]) == {uid}
     assert not {p["metadata"]["uid"] for p in jobs.pods("mended")} & set(pods)
+
+
+def test_a_secret_deleted_while_a_worker_waits_restarts_the_attempt_with_one_key(
+    jobs: Jobs, namespace: str, cluster: KubeCluster, pool: dict[str, Any]
+) -> None:
+    """One worker started (its kubelet mounted the key), the other waits for a node;
+    the Secret goes. A new Secret would give the later launcher a key the first
+    worker does not know: before the launcher is created the operator reads the
+    Secret, finds it gone, and starts the attempt over, uncounted."""
+    nodes = pool["nodes"]
+    cluster.kubectl("cordon", nodes[1])
+    manifest = hvjob("keyed", replicas=2, runPolicy={"backoffLimit": 0})
+    manifest["spec"]["worker"]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    manifest["spec"]["worker"]["template"] = pool["template"]
+    manifest["spec"]["scheduling"] = {"gang": {"policy": "None"}}  # one may start alone
+    jobs.apply(manifest)
+
+    def bound() -> list[str]:
+        return sorted(
+            p["metadata"]["name"] for p in jobs.pods("keyed") if p["spec"].get("nodeName")
+        )
+
+    jobs.op.wait(lambda: len(jobs.pods("keyed")) == 2 and len(bound()) == 1, 30, "one bound")
+    first = {p["metadata"]["uid"] for p in jobs.pods("keyed")}
+    old_key = cluster.get("secret", "keyed-ssh", namespace)["metadata"]["uid"]
+    cluster.kubectl("delete", "secret", "keyed-ssh", "-n", namespace)
+    assert jobs.status("keyed")["phase"] == "Pending"
+    cluster.kubectl("uncordon", nodes[1])
+    restarted = jobs.op.wait(
+        lambda: (s := jobs.status("keyed")).get("restarts") == 1 and s, 40, "a restart"
+    )
+    assert restarted["uncountedRestarts"] == 1, restarted
+    assert any(f["reason"] == "SecretDeleted" for f in restarted["failures"]), restarted
+    launcher = jobs.wait_running("keyed", timeout=60)
+    secret = cluster.get("secret", "keyed-ssh", namespace)["metadata"]
+    assert secret["uid"] != old_key
+    # Every pod of the running attempt came after the new Secret.
+    assert not {p["metadata"]["uid"] for p in jobs.pods("keyed")} & first
+    launcher_pod = cluster.get("pod", launcher, namespace)
+    assert launcher_pod["metadata"]["creationTimestamp"] >= secret["creationTimestamp"]
+    assert jobs.condition("keyed", "Failed") is None
 
 
 def test_a_deleted_launcher_job_never_leaves_two_launchers(

@@ -6,6 +6,7 @@ whole. Volcano's scheduler is not built here (docs/volcano.md)."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,6 @@ from localcluster import gangs
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hvjob
 
-POOL_LABEL = "horovod.ai/test-pool"
 VOLCANO_GROUPS = "podgroups.scheduling.volcano.sh"
 COSCHEDULING_GROUPS = "podgroups.scheduling.x-k8s.io"
 
@@ -53,27 +53,6 @@ def coscheduling(cluster: KubeCluster) -> Iterator[gangs.CoschedulingScheduler]:
         print(f"--- coscheduling scheduler log ---\n{scheduler.tail(40)}")
         scheduler.stop()
         gangs.uninstall_crd(cluster.kubectl, path)
-
-
-@pytest.fixture
-def pool(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, Any]]:
-    """Two kwok nodes of 8 GPUs that only this test's pods tolerate; their names
-    and the worker template that lands there."""
-    nodes = cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:40]}-")
-    try:
-        for node in nodes:
-            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}")
-            cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
-        cluster.wait_nodes_ready()
-        template = {
-            "spec": {
-                "nodeSelector": {POOL_LABEL: namespace},
-                "tolerations": [{"key": POOL_LABEL, "operator": "Exists"}],
-            }
-        }
-        yield {"nodes": nodes, "template": template}
-    finally:
-        cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
 
 
 def _job(
@@ -222,16 +201,15 @@ def test_a_coscheduled_job_of_the_longest_name_restarts_ten_times_with_one_group
     manifest["spec"]["runPolicy"]["backoffLimit"] = 20
     jobs.apply(manifest)
     restarts = 11
+
+    def running(attempt: int) -> str | None:
+        status = jobs.status(name)
+        if status.get("phase") != "Running" or status.get("restarts") != attempt:
+            return None
+        return jobs.launcher_pod(name)
+
     for attempt in range(restarts + 1):
-        launcher = jobs.op.wait(
-            lambda attempt=attempt: (
-                jobs.status(name).get("phase") == "Running"
-                and jobs.status(name).get("restarts") == attempt
-                and jobs.launcher_pod(name)
-            ),
-            60,
-            f"attempt {attempt} running",
-        )
+        launcher = jobs.op.wait(functools.partial(running, attempt), 60, f"attempt {attempt}")
         groups = cluster.get(COSCHEDULING_GROUPS, None, namespace)["items"]
         mine = [
             g["metadata"]["name"] for g in groups if g["metadata"]["name"].startswith(name[:20])
