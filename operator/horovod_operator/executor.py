@@ -210,8 +210,15 @@ class Executor:
         again before pods that mount it are created (_secret_gone): a Secret deleted by
         hand matters only to pods not started yet."""
         gloo = (body.get("spec") or {}).get("launchMode") == "gloo"
-        finished = (body.get("status") or {}).get("phase") in TERMINAL_PHASES
-        if not memory.secret_read and not gloo and not finished:
+        phase = (body.get("status") or {}).get("phase")
+        if memory.secret_read or gloo or phase in TERMINAL_PHASES:
+            pass
+        elif not phase:
+            # Never reconciled: its status is written before any child exists, so it has
+            # no Secret (another's of that name answers the create with a 409). No read:
+            # it would add a round trip before every new job's first creates.
+            memory.secret, memory.secret_read = None, True
+        else:
             await self._read_secret(key, memory)
         return (memory.secret,) if memory.secret is not None else ()
 
