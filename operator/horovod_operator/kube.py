@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 from urllib.parse import urlencode
 
 import urllib3
@@ -32,7 +32,6 @@ from .connection import Connection, load_connection
 logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-T = TypeVar("T")
 
 FIELD_MANAGER: Final = "horovod-operator"
 # (connect, read) seconds of every request.
@@ -60,11 +59,6 @@ class KubeError(Exception):
     @property
     def not_found(self) -> bool:
         return self.status == 404
-
-    @property
-    def invalid(self) -> bool:
-        """The server rejected the object itself (a bad template); retrying cannot fix it."""
-        return self.status in (400, 422)
 
 
 # The budget of the describing reads (Kube._diagnostics: rank 0's log, slow pods'

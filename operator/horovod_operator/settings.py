@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 ENV_PREFIX: Final = "HOROVOD_OPERATOR_"
@@ -30,7 +30,6 @@ class OperatorConfig:
     stall_seconds: float = 180.0  # /healthz fails when a reconcile runs longer
     restrict_templates: bool = False  # refuse templates that gain privileges
     first_step_metric: bool = True  # read rank 0's log for the time to the first step
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def all_namespaces(self) -> bool:

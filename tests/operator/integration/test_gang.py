@@ -4,36 +4,11 @@ two jobs that each fit but not together run one after the other, whole."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from horovod_operator.kube import Kube
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hvjob
-
-POOL_LABEL = "horovod.ai/test-pool"
-
-
-@pytest.fixture
-def pool(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, Any]]:
-    """Two kwok nodes of 8 GPUs that only this test's pods tolerate; the worker
-    template that lands there."""
-    nodes = cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:40]}-")
-    try:
-        for node in nodes:
-            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}")
-            cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
-        cluster.wait_nodes_ready()
-        yield {
-            "spec": {
-                "nodeSelector": {POOL_LABEL: namespace},
-                "tolerations": [{"key": POOL_LABEL, "operator": "Exists"}],
-            }
-        }
-    finally:
-        cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
 
 
 def _gang_job(name: str, template: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +23,7 @@ def test_two_gangs_that_fit_only_one_at_a_time_run_one_after_the_other_whole(
 ) -> None:
     names = ("first", "second")
     for name in names:
-        jobs.apply(_gang_job(name, pool))
+        jobs.apply(_gang_job(name, pool["template"]))
 
     def bound(name: str) -> list[str]:
         return [p["metadata"]["name"] for p in jobs.pods(name) if p["spec"].get("nodeName")]

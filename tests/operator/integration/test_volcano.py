@@ -14,7 +14,6 @@ from localcluster import gangs
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hvjob
 
-POOL_LABEL = "horovod.ai/test-pool"
 VOLCANO_GROUPS = "podgroups.scheduling.volcano.sh"
 
 
@@ -37,27 +36,6 @@ def volcano(cluster: KubeCluster) -> Iterator[gangs.VolcanoScheduler]:
         print(f"--- vc-scheduler log ---\n{scheduler.tail(30)}")
         scheduler.stop()
         scheduler.uninstall()
-
-
-@pytest.fixture
-def pool(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, Any]]:
-    """Two kwok nodes of 8 GPUs that only this test's pods tolerate; their names
-    and the worker template that lands there."""
-    nodes = cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:40]}-")
-    try:
-        for node in nodes:
-            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}")
-            cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
-        cluster.wait_nodes_ready()
-        template = {
-            "spec": {
-                "nodeSelector": {POOL_LABEL: namespace},
-                "tolerations": [{"key": POOL_LABEL, "operator": "Exists"}],
-            }
-        }
-        yield {"nodes": nodes, "template": template}
-    finally:
-        cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
 
 
 @pytest.fixture
