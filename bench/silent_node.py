@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         "--operator-src", default="", help="run the operator package from this folder"
     )
     parser.add_argument("--dir", default=str(REPO / ".work" / "silent-node-cluster"))
-    parser.add_argument("--port-base", type=int, default=18600)
+    parser.add_argument("--port-base", type=int, default=18900)  # apart from the others
     parser.add_argument("--out", default=str(REPO / ".work" / "silent-node"))
     args = parser.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)

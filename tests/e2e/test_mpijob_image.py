@@ -110,9 +110,11 @@ def test_an_mpi_operator_job_runs_converted_with_its_image_sshd(
 
     def workers_serving() -> list[dict[str, Any]] | None:
         seen = [p for p in processes(agent, namespace) if p["pod"].startswith(f"{name}-worker")]
-        return (
-            seen if {p["pod"] for p in seen} == {f"{name}-worker-0", f"{name}-worker-1"} else None
-        )
+        both = {p["pod"] for p in seen} == {f"{name}-worker-0", f"{name}-worker-1"}
+        # Until the node agent's pod init has exec'd the container's command, the
+        # process is podinit.py: a cold run on a loaded machine sampled one there.
+        started = not any("nodeagent/podinit.py" in p["cmd"] for p in seen)
+        return seen if both and started else None
 
     workers = wait_for(workers_serving, 300, 0.5, "both workers' processes")
     # The image's sshd, not the operator's: mpi-operator's worker command ran.
