@@ -7,7 +7,8 @@
 Starts its own control plane and one operator (qps 50, burst 100: the defaults). The
 latency of a small job is the time from its create to both of its worker pods
 existing: the operator's first reconcile of it and its creates. It is measured for
-`--samples` small jobs, one after another, in two phases of the same run:
+`--samples` small jobs, one after another and `--spacing` seconds apart, in two
+phases of the same run:
 
 1. idle: nothing else in the cluster;
 2. stuck: a job of `--workers` workers bound (`nodeName`) to a Node that no kubelet
@@ -60,11 +61,15 @@ def _pods(client: Client, namespace: str, job: str) -> list[dict[str, Any]]:
     return items
 
 
-def _small_latencies(client: Client, samples: int, tag: str) -> list[float]:
-    """Seconds from each small job's create to its two worker pods, one job at a time."""
+def _small_latencies(client: Client, samples: int, tag: str, spacing: float = 0.0) -> list[float]:
+    """Seconds from each small job's create to its two worker pods, one job at a time,
+    `spacing` seconds apart: spread over the phase, not all inside one of its moments
+    (a namespace read, a reconcile of the big job)."""
     latencies = []
     for i in range(samples):
         name = f"{tag}-{i:02d}"
+        if i:
+            time.sleep(spacing)
         began = time.monotonic()
         client.create(_jobs(SMALL_NS), manifests.horovod_job(name, 2, gang="None"))
         while len(_pods(client, SMALL_NS, name)) < 2:
@@ -145,7 +150,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         op = operator.OperatorProcess(layout.kubeconfig, [SMALL_NS, STUCK_NS], out / "operator.log")
         op.start_and_wait(timeout=300)
         _small_latencies(client, 2, "warm")  # imports, connections, first caches
-        idle = _small_latencies(client, args.samples, "idle")
+        idle = _small_latencies(client, args.samples, "idle", args.spacing)
         log(f"idle: median {statistics.median(idle):.3f}s")
 
         created = _stick(client, layout.kubeconfig, args.workers)
@@ -153,7 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stuck_began = time.monotonic()
         # Every worker past the slow-start threshold and the operator's first read.
         time.sleep(SLOW_START_S + READ_INTERVAL_S + 2)
-        stuck = _small_latencies(client, args.samples, "stuck")
+        stuck = _small_latencies(client, args.samples, "stuck", args.spacing)
         # A minute in all (--window), so that the read count covers several intervals.
         time.sleep(max(0.0, args.window - (time.monotonic() - stuck_began)))
         stuck_s = time.monotonic() - stuck_began
@@ -214,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.silent_node", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--workers", type=int, default=2048)
-    parser.add_argument("--samples", type=int, default=15)
+    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--spacing", type=float, default=3.0, help="seconds between samples")
     parser.add_argument(
         "--window", type=float, default=60, help="seconds stuck over which Event reads are counted"
     )
