@@ -58,8 +58,8 @@ PENDING_WRITE_TTL: Final = 30.0
 # A 403 (quota, PodSecurity, a webhook) is retried after 1, 2, 4, ... seconds, at most this.
 MAX_REFUSAL_BACKOFF: Final = 60.0
 # A pod scheduled this long ago and still creating its containers without a
-# reason in its status gets its Warning Events read (FailedMount shows only there),
-# at most once per this interval.
+# reason in its status is explained by its newest Warning Event (FailedMount shows
+# only there; pod_warnings.py reads them).
 SLOW_START_SECONDS: Final = 15.0
 # A ResourceFlavor read for one job's admission serves others for this long.
 FLAVOR_TTL: Final = 30.0

@@ -1,7 +1,8 @@
 """What the operator keeps of each object it watches (pure; watches.py does the watching).
 
 A real pod's body is ~10-35 KB, mostly spec and managedFields, which the
-operator never reads back; the Secret is kept without its private key.
+operator never reads back; the job's Secret (read by name, not watched) is kept
+without its private key.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ def slim_pod(body: Mapping[str, Any]) -> Obj:
 
 
 def slim_owned(body: Mapping[str, Any], keep_data: bool = False) -> Obj:
-    """The Secret, ConfigMap and Service are watched only to know that they exist and
-    whose they are: their metadata (and the ConfigMap's hostfile), never a private key."""
+    """The ConfigMap and Service are watched, and the Secret read, only to know that
+    they exist and whose they are: their metadata (and the ConfigMap's hostfile),
+    never a private key."""
     meta = body.get("metadata") or {}
     slim: Obj = {
         "kind": body.get("kind"),
