@@ -90,3 +90,25 @@ def test_the_reader_keeps_to_its_interval() -> None:
     for namespace in ("a", "b"):
         reads = [c for c in events.calls if c[0] == namespace]
         assert 3 <= len(reads) <= 5, events.calls  # at 0, 0.3, 0.6, 0.9 s
+
+
+def test_a_refused_read_wakes_nobody_keeps_the_last_answer_and_is_tried_again() -> None:
+    from horovod_operator.kube import KubeError
+
+    events = Events()
+    events.items["ns"] = [event("j-worker-0", "FailedMount", "2026-01-01T00:00:00Z")]
+    woken: list[tuple[str, str]] = []
+    warnings = PodWarnings(events, on_change=woken.append)
+    warnings.want(("ns", "j"), ["j-worker-0"])
+    asyncio.run(warnings.read("ns"))
+    assert woken == [("ns", "j")]
+
+    async def refused(namespace: str, field_selector: str) -> list[dict[str, Any]]:
+        events.calls.append((namespace, field_selector))
+        raise KubeError(429, "TooManyRequests", "throttled")
+
+    events.list_events = refused  # type: ignore[method-assign]
+    asyncio.run(warnings.read("ns"))
+    assert woken == [("ns", "j")]
+    assert warnings.want(("ns", "j"), ["j-worker-0"]) == {"j-worker-0": ("FailedMount", "m")}
+    assert warnings.reads == 1 and len(events.calls) == 2

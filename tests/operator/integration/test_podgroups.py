@@ -208,35 +208,22 @@ def test_a_coscheduled_job_of_the_longest_name_restarts_ten_times_with_one_group
             return None
         return jobs.launcher_pod(name)
 
-    for attempt in range(restarts + 1):
-        launcher = jobs.op.wait(functools.partial(running, attempt), 60, f"attempt {attempt}")
-        groups = cluster.get(COSCHEDULING_GROUPS, None, namespace)["items"]
-        mine = [
-            g["metadata"]["name"] for g in groups if g["metadata"]["name"].startswith(name[:20])
-        ]
-        labels = {p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for p in jobs.pods(name)}
-        print(f"attempt {attempt}: groups {mine}, pods' group {labels}")
-        # The earlier group's deletion is one request after the new group's create.
-        jobs.op.wait(
-            lambda: (
-                len(
-                    [
-                        g
-                        for g in cluster.get(COSCHEDULING_GROUPS, None, namespace)["items"]
-                        if g["metadata"]["name"].startswith(name[:20])
-                        and not g["metadata"].get("deletionTimestamp")
-                    ]
-                )
-                == 1
-            ),
-            20,
-            f"one PodGroup at attempt {attempt}",
-        )
-        (group,) = [
+    def live_groups() -> list[str]:
+        """The job's coscheduling groups not being deleted."""
+        return [
             g["metadata"]["name"]
             for g in cluster.get(COSCHEDULING_GROUPS, None, namespace)["items"]
             if g["metadata"]["name"].startswith(name[:20])
+            and not g["metadata"].get("deletionTimestamp")
         ]
+
+    for attempt in range(restarts + 1):
+        launcher = jobs.op.wait(functools.partial(running, attempt), 60, f"attempt {attempt}")
+        labels = {p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for p in jobs.pods(name)}
+        # The earlier group's deletion is one request after the new group's create.
+        jobs.op.wait(lambda: len(live_groups()) == 1, 20, f"one PodGroup at attempt {attempt}")
+        (group,) = live_groups()
+        print(f"attempt {attempt}: group {group}, pods' group {labels}")
         assert len(group) <= 63 and labels == {group}, (group, labels)
         assert group.endswith(f"-gang-{attempt}-2"), group
         if attempt < restarts:
