@@ -15,6 +15,7 @@ each creation happen once.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from typing import Final
@@ -65,6 +66,7 @@ class Reconciler:
         self._started: dict[Key, float] = {}  # reconciles in flight, since when
         self._last_pass: dict[Key, float] = {}  # when each job's last reconcile ended
         self._spreading: asyncio.Task[None] | None = None  # trigger_all's triggers
+        self._to_spread: dict[Key, None] = {}  # the keys it has still to trigger, in order
 
     # --- triggering ----------------------------------------------------------------------
 
@@ -97,14 +99,18 @@ class Reconciler:
     def _trigger_spread(self, keys: list[Key]) -> None:
         """Trigger `keys` TRIGGER_CHUNK at a time, one loop iteration apart. All at once,
         10,000 jobs' reconciles were ready together and asyncio ran them all before any
-        timer or socket: a takeover blocked the loop (Lease renewals, /healthz) 0.8 s."""
-        if self._spreading is not None:
-            self._spreading.cancel()
-        self._spreading = asyncio.get_running_loop().create_task(self._trigger_each(keys))
+        timer or socket: a takeover blocked the loop (Lease renewals, /healthz) 0.8 s.
+        A spread under way takes the new keys too: cancelling it for the new ones lost
+        its own when leadership and the first full listing came in one loop iteration."""
+        self._to_spread.update(dict.fromkeys(keys))
+        if self._spreading is None or self._spreading.done():
+            self._spreading = asyncio.get_running_loop().create_task(self._trigger_each())
 
-    async def _trigger_each(self, keys: list[Key]) -> None:
-        for start in range(0, len(keys), TRIGGER_CHUNK):
-            for key in keys[start : start + TRIGGER_CHUNK]:
+    async def _trigger_each(self) -> None:
+        while self._to_spread:
+            chunk = list(itertools.islice(self._to_spread, TRIGGER_CHUNK))
+            for key in chunk:
+                del self._to_spread[key]
                 self.trigger(key)
             await asyncio.sleep(0)
 
@@ -117,6 +123,7 @@ class Reconciler:
         self.active = False
         if self._spreading is not None:
             self._spreading.cancel()
+        self._to_spread.clear()
         self._dirty.clear()
         for key in list(self._timers):
             self._cancel_timer(key)

@@ -325,6 +325,28 @@ def test_a_takeover_triggers_its_jobs_a_chunk_per_loop_iteration() -> None:
     assert sorted(passes) == sorted(("ns", f"job-{i}") for i in range(count))
 
 
+def test_leadership_and_the_first_listing_in_one_tick_lose_no_job() -> None:
+    """Seen in CI: the chart's operator became the leader in the same loop iteration
+    as its watches finished listing; the second spread of triggers cancelled the
+    first before it ran, and a job that existed before the start was never
+    reconciled (no status in 60 s)."""
+    kube = FakeKube()
+    loop = reconciler(kube)
+    loop.active = False
+    loop.synced = False
+    loop.batch_window = 0
+    first_write = ("status", "HorovodJob", "j")
+
+    async def run() -> None:
+        loop.trigger(KEY)  # heard while a standby: kept nowhere (the index has it)
+        loop.activate()
+        loop.mark_synced()
+        await wait_for(lambda: first_write in kube.calls, 5, "the job's first write")
+        await loop.shutdown()
+
+    asyncio.run(run())
+
+
 def test_a_finished_job_without_its_secret_generates_no_keys(monkeypatch: Any) -> None:
     """At start-up every finished job is reconciled once; fresh key pairs for a
     Secret it will never create were most of that reconcile's CPU."""
