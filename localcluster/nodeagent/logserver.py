@@ -67,8 +67,11 @@ class LogClock:
             if not grown or size > grown[-1][0]:
                 grown.append((size, now))
 
-    def stamped(self, path: Path, data: bytes) -> bytes:
-        """`data` (the file from its start) with each line led by its time."""
+    def stamped(
+        self, path: Path, data: bytes, since: float | None = None, stamps: bool = True
+    ) -> bytes:
+        """`data` (the file from its start) with each line led by its time (`stamps`),
+        without the lines from before `since` (unix time), as the kubelet's sinceTime."""
         with self._lock:
             grown = list(self._grown.get(str(path), ()))
         sizes = [size for size, _ in grown]
@@ -78,7 +81,9 @@ class LogClock:
             end += len(line)
             i = bisect.bisect_left(sizes, end)
             seen = grown[i][1] if i < len(grown) else now
-            out.append(format_stamp(seen).encode() + b" " + line)
+            if since is not None and seen < since:
+                continue
+            out.append(format_stamp(seen).encode() + b" " + line if stamps else line)
         return b"".join(out)
 
 
@@ -86,6 +91,15 @@ def format_stamp(unix: float) -> str:
     """RFC 3339 in UTC with nanoseconds, as the kubelet writes it."""
     moment = datetime.datetime.fromtimestamp(unix, tz=datetime.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond:06d}000Z"
+
+
+def _since(query: dict[str, list[str]]) -> float | None:
+    """sinceTime (RFC 3339, whole seconds as the API server passes it) as unix time."""
+    raw = query.get("sinceTime", [""])[0]
+    if not raw:
+        return None
+    moment = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    return moment.timestamp()
 
 
 class LogServer:
@@ -135,8 +149,10 @@ class LogServer:
                 follow = query.get("follow", ["false"])[0] == "true"
                 data = path.read_bytes()
                 offset = len(data)
-                if query.get("timestamps", ["false"])[0] == "true" and clock is not None:
-                    data = clock.stamped(path, data)
+                stamps = query.get("timestamps", ["false"])[0] == "true"
+                since = _since(query)
+                if (stamps or since is not None) and clock is not None:
+                    data = clock.stamped(path, data, since, stamps)
                 if "tailLines" in query:
                     lines = data.splitlines(keepends=True)
                     data = b"".join(lines[-int(query["tailLines"][0]) :]) if lines else b""

@@ -70,6 +70,9 @@ MAX_BACKOFF_LIMIT: Final = 1000
 # datetime arithmetic (year 9999) and of asyncio timers.
 MAX_SECONDS: Final = 366 * 24 * 3600
 DEFAULT_STARTUP_TIMEOUT: Final = 1200
+# Below this a healthy job's evaluation or checkpoint pause passes for a hang, and
+# Horovod's stall inspector (a quarter of it) warns about ordinary slow steps.
+MIN_PROGRESS_DEADLINE: Final = 60
 # ssh's own default: where an mpi-operator image's sshd listens.
 IMAGE_SSH_PORT: Final = 22
 
@@ -313,6 +316,22 @@ class RunPolicy(_Model):
     suspend: bool = Field(
         default=False,
         description="True deletes the pods and keeps the job; false resumes.",
+    )
+    progress_deadline_seconds: int | None = Field(
+        default=None,
+        ge=MIN_PROGRESS_DEADLINE,
+        le=MAX_SECONDS,
+        description="Seconds a training that reported progress (HVJOB_PROGRESS lines, "
+        "docs/progress.md) may go without a new step before its attempt ends as Hung, "
+        "naming the silent ranks. Horovod's stall inspector then warns after a quarter "
+        "of it. Longer than the longest pause between steps (evaluation, checkpoints). "
+        "null: no hang detection.",
+    )
+    progress_deadline_action: Literal["Count", "FailJob", "Ignore"] = Field(
+        default="Count",
+        description="What a Hung attempt means, as a podFailurePolicy action: restart "
+        "counting against backoffLimit (Count), fail the job (FailJob), or restart "
+        "without counting (Ignore).",
     )
 
 
@@ -662,6 +681,38 @@ class ElasticStatus(_StatusModel):
     )
 
 
+class HungStatus(_StatusModel):
+    """Why the attempt was found hung."""
+
+    time: str = Field(description="When the operator found it (RFC 3339).")
+    message: str = Field(description="What went silent, and what named it.")
+    ranks: list[int] = Field(
+        default_factory=list, description="The ranks named (Horovod's stall inspector)."
+    )
+    pods: list[str] = Field(default_factory=list, description="The pods those ranks run in.")
+
+
+class ProgressStatus(_StatusModel):
+    """How the training goes, from rank 0's HVJOB_PROGRESS lines (docs/progress.md)."""
+
+    attempt: int = Field(default=0, description="The attempt these numbers are of.")
+    step: int | None = Field(default=None, description="The latest step rank 0 reported.")
+    epoch: int | None = Field(default=None, description="Its epoch, where reported.")
+    samples_per_second: float | None = Field(
+        default=None, description="The whole job's samples per second, between two reports."
+    )
+    world_size: int | None = Field(
+        default=None, description="The size of the Horovod world the ranks report."
+    )
+    last_progress_time: str | None = Field(
+        default=None, description="When the step last moved (the log line's time)."
+    )
+    hung: HungStatus | None = Field(
+        default=None,
+        description="Set when runPolicy.progressDeadlineSeconds passed without a new step.",
+    )
+
+
 class HorovodJobStatus(_StatusModel):
     """What the operator observed; derived by phases.compute_status and decide.decide."""
 
@@ -703,6 +754,11 @@ class HorovodJobStatus(_StatusModel):
         default=None,
         description="When rank 0 started its first training step (its HVJOB_RANK line, read "
         "from the log; docs/metrics.md).",
+    )
+    progress: ProgressStatus | None = Field(
+        default=None,
+        description="The training's latest reported step, speed and world size (read from "
+        "rank 0's log; docs/progress.md).",
     )
     completion_time: str | None = Field(default=None, description="When the job finished.")
     observed_generation: int | None = Field(

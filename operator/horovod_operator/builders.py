@@ -421,6 +421,15 @@ def _restrict(pod_spec: Obj) -> None:
             context.setdefault(key, copy.deepcopy(value))
 
 
+STALL_CHECK_ENV: Final = "HOROVOD_STALL_CHECK_TIME_SECONDS"
+
+
+def stall_check_seconds(deadline: int) -> int:
+    """The stall inspector's time for a progress deadline: it warns after a quarter
+    of it and checks as often, so its report is in the log well before the deadline."""
+    return max(5, deadline // 4)
+
+
 def _merge_named(existing: list[Obj], ours: list[Obj], key: str = "name") -> list[Obj]:
     """The user's entries, with ours replacing any that share their key."""
     taken = {item[key] for item in ours}
@@ -498,6 +507,12 @@ def _pod_template(
     # complaint about mpi-operator). The kubelet caps it at 80 lines / 2 KiB.
     container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     container["env"] = _merge_named(container.get("env") or [], _env(job, role, index))
+    deadline = job.spec.run_policy.progress_deadline_seconds
+    if deadline and not any(e.get("name") == STALL_CHECK_ENV for e in container["env"]):
+        # Horovod's stall inspector names the ranks a hang waits for (progress.py
+        # reads its report); a user's own setting stays.
+        seconds = str(stall_check_seconds(deadline))
+        container["env"].append({"name": STALL_CHECK_ENV, "value": seconds})
     mounts = _merge_named(
         container.get("volumeMounts") or [], _volume_mounts(job, role), key="mountPath"
     )

@@ -36,6 +36,12 @@ REASON_SECRET_DELETED: Final = "SecretDeleted"
 REASON_FAIL_JOB: Final = "PodFailurePolicy"
 REASON_DEADLINE: Final = "DeadlineExceeded"
 REASON_STARTUP_TIMEOUT: Final = "StartupTimeout"
+# runPolicy.progressDeadlineSeconds passed without a new step (progress.py).
+REASON_HUNG: Final = "Hung"
+# The ranks report a Horovod world other than the job's (progress.py).
+REASON_WRONG_WORLD_SIZE: Final = "WrongWorldSize"
+# A progress deadline on an operator that reads no logs (an Event).
+REASON_PROGRESS_NOT_READ: Final = "ProgressNotRead"
 REASON_SUCCEEDED: Final = "LauncherSucceeded"
 REASON_CREATED: Final = "ChildrenCreated"
 REASON_LAUNCHER_RUNNING: Final = "LauncherRunning"

@@ -138,6 +138,13 @@ def crd() -> dict[str, Any]:
                         },
                         {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
                         {
+                            # The training's latest step (docs/progress.md); -o wide.
+                            "name": "Step",
+                            "type": "integer",
+                            "jsonPath": ".status.progress.step",
+                            "priority": 1,
+                        },
+                        {
                             "name": "Reason",
                             "type": "string",
                             "description": "Why the job is in its phase, or what it waits for",

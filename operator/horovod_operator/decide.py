@@ -43,6 +43,7 @@ from .conditions import (
     FAILED,
     REASON_DEADLINE,
     REASON_INVALID_SPEC,
+    REASON_PROGRESS_NOT_READ,
     REASON_PROGRESSING,
     REASON_RESUMED,
     REASON_STARTING_LAUNCHER,
@@ -175,6 +176,16 @@ def decide(seen: Observation) -> Plan:
             seen.children.workload, queueing.pods_started(job, status), seen.now
         )
     plan.events = _events(previous, status, plan.stalled_detail) + lost[1]
+    if previous is None and job.spec.run_policy.progress_deadline_seconds and not seen.reads_logs:
+        plan.events.append(
+            Event(
+                "Warning",
+                REASON_PROGRESS_NOT_READ,
+                "runPolicy.progressDeadlineSeconds is set, but this operator reads no pod "
+                "logs (--no-first-step-metric; chart metrics.firstStep.enabled=false): no "
+                "hang will be found. Fix: ask the operator's admin to turn log reading on",
+            )
+        )
     _requeue_for_timers(plan, job, status, seen.now)
     if queue is not None and queue.requeue_after is not None:
         plan.requeue_after = min(plan.requeue_after or queue.requeue_after, queue.requeue_after)

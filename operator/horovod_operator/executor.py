@@ -87,6 +87,7 @@ class Executor:
     ) -> None:
         self.kube = kube
         self.restrict_templates = restrict_templates
+        self.reads_logs = True  # off with --no-first-step-metric (handlers.py)
         self.default_image = default_image
         self.stuck_pod_grace = stuck_pod_grace
         self.indexes = Indexes()
@@ -192,6 +193,7 @@ class Executor:
             host_key=generate_key_pair("horovod-job-host") if needs_keys else None,
             stuck_pod_grace=self.stuck_pod_grace,
             restrict_templates=self.restrict_templates,
+            reads_logs=self.reads_logs,
             gang_api=served.get("gang", False),
             kueue_api=served.get("kueue", False),
             volcano_api=served.get("volcano", False),

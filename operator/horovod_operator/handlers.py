@@ -25,10 +25,10 @@ from . import crd, crd_skew, metrics, watches
 from .conditions import format_time, now_utc
 from .connection import load_connection
 from .discovery import KUEUE, Discovery, Feature
-from .first_step import FirstStepWatcher
 from .kube import FIELD_MANAGER, Kube
 from .leader import RENEW_DEADLINE, LeaderElector
 from .pod_warnings import PodWarnings
+from .progress import ProgressWatcher
 from .reconciler import Reconciler
 from .settings import OperatorConfig
 
@@ -117,11 +117,13 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Workloads are watched only where Kueue serves them (a restart picks up a later
     # install); known only later, their watch starts then.
     kinds = [*watches.ALWAYS, *([watches.WORKLOADS] if discovery.served["kueue"] else [])]
-    # Time to the first training step: rank 0's line in its log (first_step.py). Off,
-    # the operator reads no pod's log (the chart then grants no pods/log).
+    # How the training goes: rank 0's log, read forward (progress.py): the first step,
+    # status.progress, hangs. Off, the operator reads no pod's log (the chart then
+    # grants no pods/log).
     memo.first_step = None
+    reconciler.executor.reads_logs = config.first_step_metric
     if config.first_step_metric:
-        watcher = FirstStepWatcher(
+        watcher = ProgressWatcher(
             kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
         )
         memo.first_step = asyncio.create_task(watcher.run())

@@ -256,13 +256,21 @@ class Kube:
         return data
 
     async def pod_log(
-        self, namespace: str, pod: str, container: str | None, limit_bytes: int
+        self,
+        namespace: str,
+        pod: str,
+        container: str | None,
+        limit_bytes: int,
+        since_time: str | None = None,
     ) -> str:
-        """The first `limit_bytes` of a container's log, each line led by its
-        timestamp (RFC 3339) where the kubelet has one."""
+        """The first `limit_bytes` of a container's log (from `since_time` on, RFC 3339
+        in whole seconds, when given), each line led by its timestamp (RFC 3339) where
+        the kubelet has one."""
         query = {"limitBytes": str(limit_bytes), "timestamps": "true"}
         if container:
             query["container"] = container
+        if since_time:
+            query["sinceTime"] = since_time
         path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
         await self._diagnostics.acquire()
         self.on_request("GET", "PodLog")

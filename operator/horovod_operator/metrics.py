@@ -110,6 +110,19 @@ TIME_TO_FIRST_STEP: Final = Histogram(
     buckets=_WAIT_BUCKETS,
     registry=REGISTRY,
 )
+# Per Running job that reports progress (progress.py); the labels go when it stops.
+JOB_SAMPLES_PER_SECOND: Final = Gauge(
+    "horovod_operator_job_samples_per_second",
+    "The whole job's training samples per second, from rank 0's latest HVJOB_PROGRESS line.",
+    ["namespace", "job"],
+    registry=REGISTRY,
+)
+JOB_SECONDS_SINCE_PROGRESS: Final = Gauge(
+    "horovod_operator_job_seconds_since_progress",
+    "Seconds since rank 0 last reported a new step (compare runPolicy.progressDeadlineSeconds).",
+    ["namespace", "job"],
+    registry=REGISTRY,
+)
 JOB_DURATION: Final = Histogram(
     "horovod_operator_job_duration_seconds",
     "From a job's start until it Succeeded or Failed, restarts included.",

@@ -42,6 +42,7 @@ from .conditions import (
     REASON_CREATED,
     REASON_DEADLINE,
     REASON_FAIL_JOB,
+    REASON_HUNG,
     REASON_INVALID_SPEC,
     REASON_LAUNCHER_DELETED,
     REASON_LAUNCHER_FAILED,
@@ -55,6 +56,7 @@ from .conditions import (
     REASON_SUCCEEDED,
     REASON_SUSPENDED,
     REASON_WORKER_FAILED,
+    REASON_WRONG_WORLD_SIZE,
     RESTARTING,
     SPEC_REJECTED,
     SUSPENDED,
@@ -203,6 +205,20 @@ def compute_status(
     judged, reason = _judge_failures(job, previous, children, workers, launcher, attempt)
     if judged:
         return _failed_attempt(status, judged, reason, policy.backoff_limit, now)
+    progress = previous.progress
+    if progress is not None and progress.attempt == attempt and previous.phase == "Running":
+        wrong = wrong_world_size(job, progress.world_size)
+        if wrong is not None:
+            return fail(status, REASON_WRONG_WORLD_SIZE, wrong, now)
+        if progress.hung is not None:
+            action = policy.progress_deadline_action
+            why = f"runPolicy.progressDeadlineAction ({action})"
+            message = progress.hung.message
+            hung = [
+                Judged(Failure(pod=pod, reason=REASON_HUNG, message=message), action, why)
+                for pod in progress.hung.pods or [name_of_rank0(job, previous)]
+            ]
+            return _failed_attempt(status, hung, REASON_HUNG, policy.backoff_limit, now, message)
 
     done = succeeded(job, launcher, status.workers)
     if done is not None:
@@ -403,19 +419,55 @@ def _secret_lost(
     )
 
 
+def wrong_world_size(job: HorovodJob, reported: int | None) -> str | None:
+    """Why a world of `reported` ranks is not this job's, or None when it is (or is
+    unknown). Elastic: anywhere within minReplicas..maxReplicas workers' slots."""
+    if reported is None:
+        return None
+    spec = job.spec
+    slots = spec.slots_per_worker
+    if spec.elastic is not None:
+        low, high = spec.elastic.min_replicas * slots, spec.elastic.max_replicas * slots
+        if low <= reported <= high:
+            return None
+        wanted = f"{low} to {high} (elastic.minReplicas..maxReplicas x slotsPerWorker {slots})"
+    else:
+        expected = spec.total_slots()
+        if reported == expected:
+            return None
+        wanted = f"{expected} (worker.replicas {spec.worker.replicas} x slotsPerWorker {slots})"
+    hint = ""
+    if reported < (spec.elastic.min_replicas * slots if spec.elastic else spec.total_slots()):
+        hint = (
+            ": the ranks did not join one Horovod world (each started its own, e.g. "
+            "hvd.init() without the launcher's environment, or a Horovod built with MPI "
+            "run under Gloo without HOROVOD_CONTROLLER=gloo)"
+        )
+    return f"the ranks report a Horovod world of {reported} but the job runs {wanted}{hint}"
+
+
+def name_of_rank0(job: HorovodJob, previous: HorovodJobStatus) -> str:
+    """Where rank 0 prints: the launcher pod (mpi, elastic) or worker 0 (gloo)."""
+    if job.spec.launch_mode == "gloo" and job.spec.elastic is None:
+        return names.worker_name(job.metadata.name, 0)
+    launcher = previous.launcher.pod_name if previous.launcher else None
+    return launcher or names.launcher_name(job.metadata.name)
+
+
 def _failed_attempt(
     status: HorovodJobStatus,
     judged: list[Judged],
     reason: str,
     backoff_limit: int,
     now: datetime,
+    message: str | None = None,
 ) -> HorovodJobStatus:
     everything = [item.failure for item in judged]
     # A status has a budget (etcd's object limit is 1.5 MiB; 700 failed ranks with a
     # 2 KiB log tail each passed it, the write failed and the job stayed Running):
     # the first MAX_FAILURES are kept, the rest only counted in the message.
     status.failures = everything[:MAX_FAILURES]
-    message = failure_message(everything)
+    message = message or failure_message(everything)
     decisive = outcome(judged)
     assert decisive is not None
     if decisive.action == "FailJob":

@@ -59,6 +59,9 @@ class Observation:
     stuck_pod_grace: float = 60.0
     # The opt-in template policy (--restrict-templates): see validation.py.
     restrict_templates: bool = False
+    # Whether this operator reads rank 0's log (progress.py; --no-first-step-metric
+    # turns it off): without it no progress deadline can fire.
+    reads_logs: bool = True
     # What the cluster serves (discovery.py); None: its check has not answered yet,
     # and a job that needs it waits (fail closed).
     # scheduling.k8s.io/v1beta1 PodGroup (native gang scheduling).

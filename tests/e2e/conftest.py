@@ -77,8 +77,8 @@ def agent(cluster: KubeCluster) -> Iterator[Agent]:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
-    """The CRD installed and the operator running (its log file is yielded)."""
+def operator_process(cluster: KubeCluster, agent: Agent) -> Iterator[OperatorProcess]:
+    """The CRD installed and the operator running (its /metrics for tests that count)."""
     cluster.kubectl("apply", "-f", str(REPO / "crds"))
     cluster.kubectl(
         "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
@@ -88,9 +88,15 @@ def operator(cluster: KubeCluster, agent: Agent) -> Iterator[Path]:
     )
     operator.start_and_wait(timeout=60)
     try:
-        yield operator.log_path
+        yield operator
     finally:
         operator.stop(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def operator(operator_process: OperatorProcess) -> Path:
+    """The operator running; its log file."""
+    return operator_process.log_path
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from horovod_operator.first_step import find_first_step
+from horovod_operator.training_log import read
 from localcluster.nodeagent import mounts, probes, spec
 from localcluster.nodeagent.agent import netns_prefix
 from localcluster.nodeagent.logserver import LogClock, format_stamp
@@ -259,7 +259,13 @@ def test_log_lines_get_the_time_their_end_was_first_seen(tmp_path: Path) -> None
         f"{format_stamp(1_002.5)} HVJOB_RANK rank=0 size=2",
     ]
     assert format_stamp(1_002.5) == "1970-01-01T00:16:42.500000000Z"
-    assert find_first_step("\n".join(stamped)) == (True, "1970-01-01T00:16:42Z")
+    reading = read("\n".join(stamped))
+    assert reading.rank0_seen and reading.rank0_stamp == format_stamp(1_002.5)
+    # sinceTime, as the kubelet: only the lines from that second on.
+    since = clock.stamped(log, log.read_bytes(), since=1_001.0).decode().splitlines()
+    assert since == [f"{format_stamp(1_002.5)} HVJOB_RANK rank=0 size=2"]
+    plain = clock.stamped(log, log.read_bytes(), since=1_001.0, stamps=False).decode()
+    assert plain == "HVJOB_RANK rank=0 size=2\n"
 
 
 def test_startup_and_liveness_probes_run_on_their_ticks_readiness_at_once() -> None:

@@ -65,6 +65,7 @@ def test_names_columns_and_subresources() -> None:
         "Phase": ".status.phase",
         "Workers": ".status.workers.summary",
         "Restarts": ".status.restarts",
+        "Step": ".status.progress.step",  # -o wide
         "Reason": ".status.reason",
         "Age": ".metadata.creationTimestamp",
     }

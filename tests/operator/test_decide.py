@@ -206,6 +206,19 @@ def test_first_plan_writes_the_status_then_creates_everything_but_the_launcher()
     assert plan.requeue_after == pytest.approx(1200.5)
 
 
+def test_a_progress_deadline_on_an_operator_that_reads_no_logs_is_named_once() -> None:
+    job = body(runPolicy={"progressDeadlineSeconds": 600})
+    plan = decide(observe(job, with_infra=False, reads_logs=False))
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "ProgressNotRead")]
+    assert "--no-first-step-metric" in plan.events[0].message
+    # Once: the next pass has a status.
+    later = decide(observe(body(stored(plan), runPolicy={"progressDeadlineSeconds": 600}),
+                           with_infra=False, reads_logs=False))  # fmt: skip
+    assert not [e for e in later.events if e.reason == "ProgressNotRead"]
+    # An operator that reads logs says nothing.
+    assert decide(observe(job, with_infra=False)).events == []
+
+
 def test_a_gloo_job_has_no_ssh_secret_even_when_keys_are_at_hand() -> None:
     plan = decide(observe(body(launchMode="gloo"), with_infra=False))
     assert created(plan) == [

@@ -14,6 +14,7 @@ from horovod_operator.phases import (
     invalid_spec_status,
     progress_only,
     status_body,
+    wrong_world_size,
 )
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -520,3 +521,70 @@ def test_a_secret_deleted_while_the_attempt_runs_restarts_it_uncounted() -> None
     waiting[0] = worker(0, "Running", node="n")
     result = compute_status(pending, kids(waiting, None, secret=False), NOW)
     assert result.phase == "Restarting" and result.uncounted_restarts == 1, result
+
+
+HUNG = {
+    "time": NOW_S,
+    "message": "no new step for 75s (progressDeadlineSeconds 60) after step 40: Horovod's "
+    "stall inspector names rank 1 (j-worker-1) as not submitting the tensors",
+    "ranks": [1],
+    "pods": ["j-worker-1"],
+}
+
+
+def _running_with(progress: dict[str, Any], **run_policy: Any) -> HorovodJobStatus:
+    job = make_job({**RUNNING, "progress": progress}, progressDeadlineSeconds=60, **run_policy)
+    pods = [worker(0), worker(1), launcher_pod()]
+    return status_of(job, pods, launcher_job(), NOW)
+
+
+def test_a_hung_attempt_restarts_counted_naming_the_silent_rank() -> None:
+    result = _running_with({"attempt": 0, "step": 40, "worldSize": 2, "hung": HUNG})
+    assert result.phase == "Restarting" and result.restarts == 1
+    restarting = next(c for c in result.conditions if c.type == "Restarting")
+    assert restarting.reason == "Hung"
+    assert "rank 1 (j-worker-1)" in restarting.message and "restart 1 of 1" in restarting.message
+    assert [(f.pod, f.reason) for f in result.failures] == [("j-worker-1", "Hung")]
+
+
+def test_a_hung_attempt_fails_the_job_when_the_action_says_so() -> None:
+    progress = {"attempt": 0, "step": 40, "hung": HUNG}
+    result = _running_with(progress, progressDeadlineAction="FailJob")
+    assert result.phase == "Failed" and result.reason == "PodFailurePolicy"
+    assert "runPolicy.progressDeadlineAction (FailJob)" in (result.message or "")
+    ignored = _running_with(progress, progressDeadlineAction="Ignore")
+    assert (ignored.phase, ignored.restarts, ignored.uncounted_restarts) == ("Restarting", 1, 1)
+
+
+def test_the_progress_of_an_earlier_attempt_is_not_this_ones() -> None:
+    job = make_job({**RUNNING, "restarts": 1, "progress": {"attempt": 0, "hung": HUNG}})
+    pods = [worker(0, attempt=1), worker(1, attempt=1), launcher_pod(attempt=1)]
+    assert status_of(job, pods, launcher_job(attempt=1), NOW).phase == "Running"
+
+
+def test_two_worlds_of_one_rank_fail_the_job_with_both_numbers() -> None:
+    result = _running_with({"attempt": 0, "step": 3, "worldSize": 1})
+    assert (result.phase, result.reason) == ("Failed", "WrongWorldSize")
+    assert "world of 1 but the job runs 2 (worker.replicas 2 x slotsPerWorker 1)" in (
+        result.message or ""
+    )
+    assert "did not join one Horovod world" in (result.message or "")
+    assert _running_with({"attempt": 0, "step": 3, "worldSize": 2}).phase == "Running"
+
+
+def test_an_elastic_world_may_be_anywhere_between_its_bounds() -> None:
+    body: dict[str, Any] = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+        "spec": {
+            "image": "i",
+            "command": ["c"],
+            "launchMode": "gloo",
+            "slotsPerWorker": 2,
+            "worker": {"replicas": 3},
+            "elastic": {"minReplicas": 2, "maxReplicas": 4},
+        },
+    }
+    job = parse_job(body)
+    assert wrong_world_size(job, 4) is None and wrong_world_size(job, 8) is None
+    assert "4 to 8" in (wrong_world_size(job, 2) or "")
+    assert "4 to 8" in (wrong_world_size(job, 10) or "")

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import horovod_contract as contract
+from horovod_contract.progress import ProgressReporter
 from horovod_worker.common import (
     EpochMetrics,
     TrainConfig,
@@ -146,6 +147,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         return loss, logits
 
     printed = False
+    progress = ProgressReporter(-1, 0)  # made rank 0's once the world is known
 
     @hvd.elastic.run  # type: ignore[untyped-decorator]
     def train(state: Any) -> dict[str, Any]:
@@ -159,6 +161,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             )
             print(line, flush=True)
             printed = True
+        progress.rank, progress.size = rank, size  # a reset can change both
         scale = lr_scale(size, hvd.local_size(), False, choice.is_gpu)
         steps_per_epoch = max(1, -(-len(dataset.y_train) // (config.batch_size * size)))
         lr = learning_rate(state.step, steps_per_epoch, config.lr, scale, config.warmup_epochs)
@@ -177,6 +180,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 count += n
                 state.step += 1
                 state.processed += n * size
+                progress.step(state.step, epoch=state.epoch, samples=state.processed)
                 if stop.due(state.step):
                     _on_signals(state, stop, checkpoints, size)
                 if state.step % commit_every == 0:

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import horovod_contract as contract
+from horovod_contract.progress import ProgressReporter
 from horovod_worker.common import (
     ADASUM_NEEDS_MPI,
     EpochMetrics,
@@ -311,14 +312,18 @@ def run(config: TrainConfig) -> dict[str, Any]:
         writer = tf.summary.create_file_writer(str(config.log_dir))
 
     steps = steps_per_epoch(dataset, size, config.batch_size)
+    progress = ProgressReporter(rank, size)  # rank 0's HVJOB_PROGRESS line, now and then
     if config.mode == "fit":
-        train_epoch = _fit_epochs(config, model, optimizer, dataset, size, rank, data_seed, steps)
+        train_epoch = _fit_epochs(
+            config, model, optimizer, dataset, size, rank, data_seed, steps, progress
+        )
     else:
         # Checkpoint on SIGTERM (preemption.py), in the custom loop: the ranks look
         # at the signal together every HVJOB_STOP_CHECK_EVERY steps.
         stop = StopOnSignal()
 
         def on_step(epoch: int, step: int) -> None:
+            progress.step(step, epoch=epoch, samples=step * config.batch_size * size)
             if stop.due(step) and stop.agreed(_allreduce_max):
                 _stop_with_checkpoint(checkpoints, rank, epoch, step)
 
@@ -527,6 +532,19 @@ class StepLearningRate(_KerasCallback):  # type: ignore[misc]
         keras.backend.set_value(self.optimizer.learning_rate, lr)
 
 
+class ReportProgress(_KerasCallback):  # type: ignore[misc]
+    """Rank 0's HVJOB_PROGRESS line from model.fit's batches (horovod_contract.progress)."""
+
+    def __init__(self, progress: ProgressReporter, steps: int, samples_per_step: int) -> None:
+        super().__init__()
+        self.progress, self.steps, self.samples_per_step = progress, steps, samples_per_step
+        self.epoch = 0
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        step = self.epoch * self.steps + batch + 1
+        self.progress.step(step, epoch=self.epoch, samples=step * self.samples_per_step)
+
+
 def _fit_epochs(
     config: TrainConfig,
     model: Any,
@@ -536,6 +554,7 @@ def _fit_epochs(
     rank: int,
     data_seed: int,
     steps: int,
+    progress: ProgressReporter,
 ) -> EpochFn:
     """Keras model.fit, one call per epoch (each with its own shard order).
 
@@ -556,14 +575,16 @@ def _fit_epochs(
         metrics=["accuracy"],
     )
     schedule = StepLearningRate(optimizer, steps, config.lr, scale, config.warmup_epochs)
+    reporting = ReportProgress(progress, steps, config.batch_size * size)
     callbacks = [
         hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
         hvd_keras.callbacks.MetricAverageCallback(),
         schedule,
+        reporting,
     ]
 
     def train_epoch(epoch: int, step: int) -> tuple[float, float, float, int, float]:
-        schedule.epoch = epoch
+        schedule.epoch = reporting.epoch = epoch
         data = epoch_dataset(dataset, size, rank, data_seed, epoch, config.batch_size)
         fitted = model.fit(
             data,

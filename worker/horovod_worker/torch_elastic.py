@@ -41,6 +41,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import horovod_contract as contract
+from horovod_contract.progress import ProgressReporter
 from horovod_worker.common import (
     EpochMetrics,
     TrainConfig,
@@ -177,6 +178,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     commit_every = int(os.environ.get(COMMIT_EVERY_ENV, DEFAULT_COMMIT_EVERY))
     stop = StopOnSignal()
     printed_rank_line = False
+    progress = ProgressReporter(-1, 0)  # made rank 0's once the world is known
 
     @hvd.elastic.run  # type: ignore[untyped-decorator]
     def train(state: Any) -> dict[str, Any]:
@@ -190,6 +192,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             )
             print(line, flush=True)
             printed_rank_line = True
+        progress.rank, progress.size = rank, size  # a reset can change both
         scale = lr_scale(size, hvd.local_size(), False, choice.is_gpu)
         steps_per_epoch = max(1, math.ceil(len(dataset.y_train) / (config.batch_size * size)))
         lr = learning_rate(state.step, steps_per_epoch, config.lr, scale, config.warmup_epochs)
@@ -218,6 +221,8 @@ def run(config: TrainConfig) -> dict[str, Any]:
                     state.optimizer.step()
                 state.step += 1
                 state.sampler.record_batch(0, config.batch_size)
+                samples = state.step * config.batch_size * size
+                progress.step(state.step, epoch=state.epoch, samples=samples)
                 loss_sum += loss.item() * len(labels)
                 correct += float((logits.argmax(dim=1) == labels).sum())
                 count += len(labels)

@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import horovod_contract as contract
+from horovod_contract.progress import ProgressReporter
 from horovod_worker.common import (
     ADASUM_NEEDS_MPI,
     EpochMetrics,
@@ -305,6 +306,8 @@ def run(config: TrainConfig) -> dict[str, Any]:
     synchronized_step = config.amp or config.clip_grad_norm is not None
     lr = learning_rate(step, steps_per_epoch, config.lr, scale, config.warmup_epochs)
     stop = StopOnSignal()
+    progress = ProgressReporter(rank, size)  # rank 0's HVJOB_PROGRESS line, now and then
+    samples_done = 0
     for epoch in range(start_epoch, config.epochs):
         sampler.set_epoch(epoch)  # a new shuffle, the same on every rank
         epoch_orders.append(order_fingerprint(iter(sampler)))
@@ -348,6 +351,8 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 optimizer.zero_grad()
                 updates += 1
             step += 1
+            samples_done += len(labels) * size
+            progress.step(step, epoch=epoch, samples=samples_done)
             if updated and stop.due(step) and stop.agreed(_allreduce_max):
                 _stop_with_checkpoint(
                     config, rank, epoch, step, batch, steps_per_epoch, model, optimizer, scaler

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .client import FINISHED, HorovodJobClient, JobError, summary
+from .client import FINISHED, HorovodJobClient, JobError, progress_summary, summary
 from .convert import ConvertError, convert
 from .submit import SubmitError, owned_by, script_job
 
@@ -127,6 +127,12 @@ def _describe(jobs: HorovodJobClient, name: str) -> None:
     job = jobs.get(name)
     status = job.get("status") or {}
     print(summary(job))
+    training = progress_summary(status)
+    if training:
+        print(f"  progress: {training}")
+    hung = (status.get("progress") or {}).get("hung")
+    if hung:
+        print(f"  hung at {hung.get('time')}: {hung.get('message')}")
     for failure in status.get("failures") or []:
         print(
             f"  failed: pod {failure.get('pod')} container {failure.get('container')} "

@@ -53,7 +53,28 @@ def summary(job: Mapping[str, Any]) -> str:
         text += f" {status['reason']}"
     if status.get("message"):
         text += f": {status['message']}"
+    training = progress_summary(status)
+    if training and status.get("phase") == "Running":
+        text += f"; {training}"
     return text
+
+
+def progress_summary(status: Mapping[str, Any]) -> str | None:
+    """The current attempt's training progress in words (status.progress), or None."""
+    progress = status.get("progress") or {}
+    if not progress or progress.get("attempt", 0) != status.get("restarts", 0):
+        return None
+    parts = []
+    if progress.get("step") is not None:
+        epoch = f" (epoch {progress['epoch']})" if progress.get("epoch") is not None else ""
+        parts.append(f"step {progress['step']}{epoch}")
+    if progress.get("samplesPerSecond") is not None:
+        parts.append(f"{progress['samplesPerSecond']} samples/s")
+    if progress.get("worldSize") is not None:
+        parts.append(f"world size {progress['worldSize']}")
+    if progress.get("lastProgressTime"):
+        parts.append(f"last step at {progress['lastProgressTime']}")
+    return ", ".join(parts) or None
 
 
 def load_configuration(kubeconfig: str | None, context: str | None = None) -> client.Configuration:

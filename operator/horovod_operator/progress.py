@@ -1,0 +1,411 @@
+"""How a Running job's training goes, read from rank 0's log: first step, progress, hangs.
+
+Rank 0's output lands in one log (first_step.rank0_sources: the launcher's, worker
+0's for gloo, an elastic job's rank-0 worker). The watcher reads it forward, from
+the last line it read (sinceTime), and learns (training_log.py):
+- rank 0's start line: status.firstStepTime, a TrainingStarted Event and the
+  time-to-first-step histogram;
+- rank 0's HVJOB_PROGRESS records: status.progress (step, epoch, samples per
+  second, world size, when the step last moved) and two gauges;
+- Horovod's stall inspector reports: which ranks the others wait for.
+
+It writes status.progress.hung when runPolicy.progressDeadlineSeconds passed since
+the step last moved, by a read that reached the end of the log (a read that lags
+never declares a hang); phases.py then ends the attempt as Hung. A world size other
+than the job's ends it WrongWorldSize (phases.py too).
+
+Costs, whatever the number of workers: one GET of the log per Running job every
+READ_INTERVAL seconds (a quarter of progressDeadlineSeconds when that is shorter;
+before the first step 2 s, growing to 30), each at most READ_LIMIT bytes, on the
+diagnostics budget (kube.py); a read that came back full is followed by the next
+at once. Status writes: the first record and a changed world size at once, a
+moving step at most every WRITE_INTERVAL, a hang once. Only the leader reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Final
+
+from . import metrics, names, training_log
+from .conditions import format_time, now_utc, parse_time
+from .first_step import REASON_TRAINING_STARTED, rank0_sources
+from .kube import Kube, KubeError
+from .memory import Indexes, Key
+
+logger = logging.getLogger(__name__)
+
+READ_LIMIT: Final = 1024 * 1024
+READ_INTERVAL: Final = 30.0
+WRITE_INTERVAL: Final = 30.0
+# Before the first step: soon after the launcher runs, then less often.
+MIN_INTERVAL: Final = 2.0
+MAX_INTERVAL: Final = 30.0
+_FINISHED: Final = ("Succeeded", "Failed")
+# A hang's message names this many ranks (and counts the rest); its status keeps more.
+MAX_NAMED: Final = 5
+MAX_RANKS: Final = 32
+# A job that started training before this process and has no status.progress: its
+# log is read from this many seconds ago, not from its start.
+RESTART_LOOKBACK: Final = 600
+
+
+def read_interval(deadline: int | None) -> float:
+    """Seconds between two reads of a started job: a hang is found at most this late."""
+    return min(READ_INTERVAL, deadline / 4) if deadline else READ_INTERVAL
+
+
+@dataclass
+class _Watch:
+    uid: str
+    attempt: int
+    due: float
+    delay: float = MIN_INTERVAL
+    source: str | None = None  # the pod rank 0's lines were found in
+    cursor: str | None = None  # the newest line's timestamp read so far
+    caught_up: bool = False  # the last read reached the end of the log
+    started: bool = False  # firstStepTime is known
+    final_look: bool = False  # a finished job's last read is done
+    step: int | None = None
+    moved: str | None = None  # when the step last changed (the line's time)
+    record: dict[str, Any] = field(default_factory=dict)
+    size: int | None = None
+    hosts: dict[int, str] = field(default_factory=dict)
+    missing: list[int] | None = None  # the stall inspector's latest report
+    missing_stamp: str | None = None
+    written: dict[str, Any] = field(default_factory=dict)  # status.progress as last written
+    written_at: float = 0.0
+    hung: bool = False
+    heard: dict[int, str] = field(default_factory=dict)  # rank -> its last HVJOB_WAITING
+
+
+class ProgressWatcher:
+    """Reads rank 0's log of every Running job (see the module's docstring)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        indexes: Callable[[], Indexes],
+        active: Callable[[], bool],
+        tick: float = 1.0,
+    ) -> None:
+        self.kube = kube
+        self._indexes = indexes
+        self._active = active
+        self.tick = tick
+        self._watches: dict[Key, _Watch] = {}
+
+    async def run(self) -> None:
+        while True:
+            if self._active():
+                try:
+                    await self.scan(time.monotonic())
+                except Exception:  # a bug here must not stop the operator's other work
+                    logger.exception("progress watcher: scan failed")
+            await asyncio.sleep(self.tick)
+
+    async def scan(self, now_s: float) -> None:
+        indexes = self._indexes()
+        for key, bodies in list(indexes.jobs.items()):
+            body = next(iter(bodies), None)
+            if body is None:
+                continue
+            status = body.get("status") or {}
+            uid = str(body["metadata"].get("uid") or "")
+            attempt = int(status.get("restarts") or 0)
+            watch = self._watches.get(key)
+            if watch is not None and (watch.uid, watch.attempt) != (uid, attempt):
+                watch = None
+            phase = status.get("phase")
+            if phase in _FINISHED:
+                # A short job can finish between two looks: one last look for its first
+                # step, if it was being watched (its pods are still there).
+                self._forget(key)
+                if watch is not None and not watch.started and not status.get("firstStepTime"):
+                    await self._look(key, body, list(indexes.pods.get(key, ())), watch, now_s, True)
+                continue
+            if phase != "Running":
+                self._forget(key)
+                continue
+            if watch is None:
+                watch = self._watches[key] = _new_watch(uid, attempt, status, now_s)
+            if watch.moved is not None:
+                seconds = (now_utc() - parse_time(watch.moved)).total_seconds()
+                metrics.JOB_SECONDS_SINCE_PROGRESS.labels(*key).set(max(0.0, seconds))
+            if now_s >= watch.due:
+                await self._look(key, body, list(indexes.pods.get(key, ())), watch, now_s)
+        for key in set(self._watches) - set(indexes.jobs.keys()):
+            self._forget(key)
+
+    def _forget(self, key: Key) -> None:
+        if self._watches.pop(key, None) is not None:
+            for gauge in (metrics.JOB_SAMPLES_PER_SECOND, metrics.JOB_SECONDS_SINCE_PROGRESS):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*key)
+
+    async def _look(
+        self,
+        key: Key,
+        body: Mapping[str, Any],
+        pods: list[Mapping[str, Any]],
+        watch: _Watch,
+        now_s: float,
+        final: bool = False,
+    ) -> None:
+        deadline = ((body.get("spec") or {}).get("runPolicy") or {}).get("progressDeadlineSeconds")
+        sources = rank0_sources(body, pods)
+        known = [source for source in sources if source[0] == watch.source]
+        if known:
+            sources = known
+        elif len(sources) > 1:
+            # An elastic job's candidates: each read from its start until one of them
+            # has rank 0's lines (a cursor is one log's).
+            watch.cursor = None
+        reading: training_log.Reading | None = None
+        for pod, container in sources:
+            since = f"{watch.cursor[:19]}Z" if watch.cursor else None
+            try:
+                log = await self.kube.pod_log(key[0], pod, container, READ_LIMIT, since)
+            except KubeError as error:
+                # Not started yet (400), gone (404), or no access: look again later.
+                logger.debug("progress watcher: log of %s/%s: %s", key[0], pod, error)
+                continue
+            candidate = training_log.read(log, after=watch.cursor)
+            if len(sources) == 1 or candidate.rank0_seen or candidate.records:
+                watch.source, reading = pod, candidate
+                watch.caught_up = len(log.encode()) < READ_LIMIT
+                if since and not watch.caught_up and candidate.last_stamp is None:
+                    # More than READ_LIMIT within one second: sinceTime (whole seconds)
+                    # would send the same bytes again. The rest of that second is skipped.
+                    watch.cursor = format_time(parse_time(since) + timedelta(seconds=1))
+                break
+        if reading is None:
+            watch.due = now_s + watch.delay
+            watch.delay = min(MAX_INTERVAL, watch.delay * 1.5)
+            return
+        patch: dict[str, Any] = {}
+        first = self._learn(watch, reading, body, final)
+        if first is not None:
+            patch["firstStepTime"] = first
+        progress = None if final else self._progress(key, watch, now_s, deadline, body)
+        if progress is not None:
+            patch["progress"] = progress
+        if watch.caught_up:
+            if watch.started or watch.step is not None:
+                watch.due = now_s + read_interval(deadline)
+            else:
+                watch.due = now_s + watch.delay
+                watch.delay = min(MAX_INTERVAL, watch.delay * 1.5)
+        else:
+            watch.due = now_s  # more to read: at the next tick
+        if patch:
+            await self._write(key, body, patch, watch, now_s)
+
+    def _learn(
+        self, watch: _Watch, reading: training_log.Reading, body: Mapping[str, Any], final: bool
+    ) -> str | None:
+        """Fold a reading into `watch`; the firstStepTime to write, if it is new."""
+        if reading.last_stamp is not None:
+            watch.cursor = reading.last_stamp
+        watch.hosts.update(reading.hosts)
+        if reading.sizes:
+            watch.size = reading.sizes[-1]
+        if reading.missing is not None:
+            watch.missing, watch.missing_stamp = reading.missing, reading.missing_stamp
+        for stamp, rank in reading.waiting:
+            watch.heard[rank] = stamp or format_time(now_utc())
+        for stamp, record in reading.records:
+            if record["step"] != watch.step:
+                # In whole seconds, as every time in the status.
+                moved = f"{stamp[:19]}Z" if stamp else format_time(now_utc())
+                watch.step, watch.moved = record["step"], moved
+            watch.record = record
+        first = None
+        if reading.rank0_seen and not watch.started:
+            watch.started = True
+            if not (body.get("status") or {}).get("firstStepTime"):
+                stamp = reading.rank0_stamp
+                # Read after the job finished with no timestamp on the line: "now"
+                # would be after the end. Not measured rather than wrong.
+                if stamp is not None or not final:
+                    first = f"{stamp[:19]}Z" if stamp else format_time(now_utc())
+        return first
+
+    def _progress(
+        self, key: Key, watch: _Watch, now_s: float, deadline: int | None, body: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """status.progress to write now, or None (unchanged, or not yet worth a write)."""
+        if watch.step is None and watch.size is None:
+            return None
+        record = watch.record
+        progress: dict[str, Any] = {"attempt": watch.attempt}
+        for name, value in (
+            ("step", watch.step),
+            ("epoch", record.get("epoch")),
+            ("samplesPerSecond", record.get("samplesPerSecond")),
+            ("worldSize", watch.size),
+            ("lastProgressTime", watch.moved),
+        ):
+            if value is not None:
+                progress[name] = value
+        if isinstance(record.get("samplesPerSecond"), int | float):
+            metrics.JOB_SAMPLES_PER_SECOND.labels(*key).set(record["samplesPerSecond"])
+        if watch.hung:
+            return None
+        hung = self._hung(watch, body, deadline) if watch.caught_up else None
+        if hung is not None:
+            watch.hung = True
+            progress["hung"] = hung
+            return progress
+        written = watch.written
+        if progress == written:
+            return None
+        urgent = not written or written.get("worldSize") != progress.get("worldSize")
+        if urgent or now_s - watch.written_at >= WRITE_INTERVAL:
+            return progress
+        return None
+
+    def _hung(
+        self, watch: _Watch, body: Mapping[str, Any], deadline: int | None
+    ) -> dict[str, Any] | None:
+        if not deadline or watch.moved is None:
+            return None
+        now = now_utc()
+        silent = (now - parse_time(watch.moved)).total_seconds()
+        if silent <= deadline:
+            return None
+        step = f"step {watch.step}" if watch.step is not None else "the last step"
+        message, ranks, pods = _who_hangs(watch, body)
+        return {
+            "time": format_time(now),
+            "message": f"no new step for {silent:.0f}s (progressDeadlineSeconds {deadline}) "
+            f"after {step}: {message}",
+            "ranks": ranks[:MAX_RANKS],
+            "pods": pods[:MAX_RANKS],
+        }
+
+    async def _write(
+        self, key: Key, body: Mapping[str, Any], patch: dict[str, Any], watch: _Watch, now_s: float
+    ) -> None:
+        try:
+            await self.kube.patch_job_status(key[0], key[1], None, patch)
+        except KubeError as error:
+            if error.not_found:
+                return
+            raise
+        if "progress" in patch:
+            watch.written, watch.written_at = patch["progress"], now_s
+            if "hung" in patch["progress"]:
+                text = patch["progress"]["hung"]["message"]
+                logger.warning("job %s/%s: hung: %s", *key, text, extra=names.log_fields(*key))
+        if "firstStepTime" in patch:
+            await self._first_step(key, body, patch["firstStepTime"])
+
+    async def _first_step(self, key: Key, body: Mapping[str, Any], stamp: str) -> None:
+        created = body["metadata"].get("creationTimestamp")
+        waited = (parse_time(stamp) - parse_time(created)).total_seconds() if created else None
+        if waited is not None:
+            metrics.TIME_TO_FIRST_STEP.labels(namespace=key[0]).observe(max(0.0, waited))
+        message = "rank 0 started training" + (
+            f", {waited:.0f}s after the job was created" if waited is not None else ""
+        )
+        await self.kube.post_event(
+            body, "Normal", REASON_TRAINING_STARTED, message, format_time(now_utc())
+        )
+        logger.info("job %s/%s: %s", *key, message, extra=names.log_fields(*key))
+
+
+def _new_watch(uid: str, attempt: int, status: Mapping[str, Any], now_s: float) -> _Watch:
+    """A job's watch; after an operator restart, from where the status says it was
+    (the log is read again from the step's last move: the lines since)."""
+    watch = _Watch(uid=uid, attempt=attempt, due=now_s)
+    watch.started = bool(status.get("firstStepTime"))
+    stored = status.get("progress") or {}
+    if stored.get("attempt", 0) == attempt and stored:
+        watch.written = {k: v for k, v in stored.items() if k != "hung"}
+        watch.step, watch.moved = stored.get("step"), stored.get("lastProgressTime")
+        watch.size = stored.get("worldSize")
+        watch.record = {k: stored[k] for k in ("epoch", "samplesPerSecond") if k in stored}
+        watch.cursor = watch.moved
+        watch.hung = "hung" in stored
+    elif watch.started:
+        # Started before this process, no progress stored: the recent lines are
+        # enough (the whole log of a long job would take many reads).
+        watch.cursor = format_time(now_utc() - timedelta(seconds=RESTART_LOOKBACK))
+    return watch
+
+
+def _who_hangs(watch: _Watch, body: Mapping[str, Any]) -> tuple[str, list[int], list[str]]:
+    """(what went silent in words, the ranks named, their pods) since the step last moved.
+
+    Two witnesses. Ranks that are alive but blocked print HVJOB_WAITING; with every
+    rank's output in one log (mpi: the launcher's), a rank of the world that printed
+    nothing is frozen (stopped, wedged in the kernel or driver), which Horovod's
+    negotiation blocks on too. Horovod's stall inspector, in rank 0, names ranks
+    alive but not submitting the tensors the others wait for."""
+    spec = body.get("spec") or {}
+    moved = training_log.stamp_key(watch.moved or "")
+
+    def since_move(stamp: str | None) -> bool:
+        return stamp is None or training_log.stamp_key(stamp) > moved
+
+    stalled = sorted(set(watch.missing or ())) if since_move(watch.missing_stamp) else []
+    heard = {rank for rank, stamp in watch.heard.items() if since_move(stamp)}
+    one_log = spec.get("launchMode", "mpi") == "mpi" and not spec.get("elastic")
+    frozen: list[int] = []
+    if one_log and heard and watch.size:
+        frozen = sorted(set(range(watch.size)) - heard - set(stalled))
+    parts = []
+    if frozen:
+        parts.append(
+            f"{_ranks_in_words(watch, body, frozen)} printed nothing while the other ranks "
+            "reported waiting (a stopped or frozen process)"
+        )
+    if stalled:
+        parts.append(
+            f"Horovod's stall inspector names {_ranks_in_words(watch, body, stalled)} as not "
+            "submitting the tensors the other ranks wait for"
+        )
+    named = sorted({*frozen, *stalled})
+    if named:
+        pods = list(dict.fromkeys(p for p in (_pod_of(watch, body, r) for r in named) if p))
+        return "; ".join(parts), named, pods
+    rank0 = watch.source or names.launcher_name(body["metadata"]["name"])
+    if 0 in heard:
+        text = (
+            f"rank 0 ({rank0}) reports waiting and Horovod's stall inspector named no rank: a "
+            "rank whose output this operator does not read (gloo: another worker's log) is "
+            "stuck, or a collective does not return (NCCL, the network)"
+        )
+    else:
+        text = (
+            f"no rank reported waiting and Horovod's stall inspector, which runs in rank 0 "
+            f"({rank0}), named no rank: rank 0 itself may be stuck, or every rank is inside a "
+            "collective that does not return (NCCL, the network)"
+        )
+    return text, [], [rank0]
+
+
+def _pod_of(watch: _Watch, body: Mapping[str, Any], rank: int) -> str | None:
+    """The pod a rank runs in: its start line's hostname, else (a fixed-size job) the
+    worker its slot is on."""
+    host = watch.hosts.get(rank, "")
+    if host:
+        return host.split(".")[0]
+    spec = body.get("spec") or {}
+    if spec.get("elastic"):
+        return None
+    slots = int(spec.get("slotsPerWorker") or 1)
+    return names.worker_name(body["metadata"]["name"], rank // slots)
+
+
+def _ranks_in_words(watch: _Watch, body: Mapping[str, Any], ranks: list[int]) -> str:
+    words = [f"rank {r} ({_pod_of(watch, body, r) or 'pod unknown'})" for r in ranks[:MAX_NAMED]]
+    more = f" and {len(ranks) - MAX_NAMED} more" if len(ranks) > MAX_NAMED else ""
+    return ", ".join(words) + more
