@@ -100,6 +100,7 @@ def test_progress_moves_then_a_stopped_rank_ends_the_attempt_as_hung(
     hung = status["progress"]["hung"]
     assert hung["ranks"] == [1] and hung["pods"] == [f"{name}-worker-1"], hung
     # Within the deadline plus the stated slack, and not before the deadline.
+    print(f"hang found {found_after:.1f}s after the stop (deadline {DEADLINE}s)")
     assert DEADLINE - RECORD_INTERVAL <= found_after <= DEADLINE + SLACK, found_after
     # The cost: one log read per read interval, whatever the number of workers.
     minutes = (time.monotonic() - window_start) / 60
@@ -117,7 +118,7 @@ import horovod.torch as hvd
 from horovod_contract.progress import ProgressReporter
 hvd.init()
 progress = ProgressReporter(hvd.rank(), hvd.size(), interval=1.0)
-for step in range(1, 1200):
+for step in range(1, 3000):
     progress.step(step, samples=step * 32)
     time.sleep(0.1)
 """
@@ -145,5 +146,5 @@ def test_ranks_that_form_two_worlds_fail_the_job_with_both_sizes(
     detail = _describe(cluster, agent, namespace, name)
     assert (status["phase"], status["reason"]) == ("Failed", "WrongWorldSize"), detail
     assert "world of 1 but the job runs 2" in status["message"], status["message"]
-    # Long before the script's two minutes are over.
-    assert time.monotonic() - applied < 100, detail
+    # Long before the script's five minutes are over.
+    assert time.monotonic() - applied < 150, detail
