@@ -41,6 +41,7 @@ import horovod_contract as contract
 
 from .validation import (
     GPU_RESOURCE,
+    MANAGED_BY_RULES,
     SPEC_RULES,
     check_job_name,
     check_template_shape,
@@ -73,6 +74,9 @@ DEFAULT_STARTUP_TIMEOUT: Final = 1200
 # Below this a healthy job's evaluation or checkpoint pause passes for a hang, and
 # Horovod's stall inspector (a quarter of it) warns about ordinary slow steps.
 MIN_PROGRESS_DEADLINE: Final = 60
+# spec.managedBy of the jobs this operator runs (the field unset means the same).
+# MultiKueue sets its own ("kueue.x-k8s.io/multikueue") on a job it dispatches.
+MANAGED_BY: Final = "horovod.ai/horovod-operator"
 # ssh's own default: where an mpi-operator image's sshd listens.
 IMAGE_SSH_PORT: Final = 22
 
@@ -485,6 +489,15 @@ class HorovodJobSpec(_Model):
         "lost and grows when capacity frees, between minReplicas and maxReplicas, instead "
         "of restarting (docs/elastic.md).",
     )
+    managed_by: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description=f"The controller that runs this job: unset or {MANAGED_BY} for this "
+        "operator; any other value (MultiKueue's kueue.x-k8s.io/multikueue) and this "
+        "operator leaves the job, its status included, to that controller. Immutable.",
+        json_schema_extra={"x-kubernetes-validations": MANAGED_BY_RULES},
+    )
 
     @field_validator("image")
     @classmethod
@@ -830,3 +843,14 @@ def parse_status(raw: Any) -> HorovodJobStatus | None:
                 break
             data = {key: value for key, value in data.items() if key not in bad}
     return HorovodJobStatus()
+
+
+def manager_of(body: Any) -> str | None:
+    """The controller a stored job is left to (its spec.managedBy), or None when this
+    operator runs it. Read from the raw body: a job left to another controller is
+    not validated, reconciled or written by this one at all."""
+    spec = body.get("spec") if isinstance(body, dict) else None
+    value = spec.get("managedBy") if isinstance(spec, dict) else None
+    if not value or value == MANAGED_BY:
+        return None
+    return str(value)

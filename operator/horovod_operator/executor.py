@@ -18,7 +18,13 @@ import time
 from typing import Any, Final
 
 from . import accepted, metrics, names, queueing, views
-from .api import TERMINAL_PHASES, HorovodJobSpec, HorovodJobStatus, parse_status
+from .api import (
+    TERMINAL_PHASES,
+    HorovodJobSpec,
+    HorovodJobStatus,
+    manager_of,
+    parse_status,
+)
 from .children import (
     Children,
     controlled_by,
@@ -88,6 +94,7 @@ class Executor:
         self.kube = kube
         self.restrict_templates = restrict_templates
         self.reads_logs = True  # off with --no-first-step-metric (handlers.py)
+        self._left: set[Key] = set()  # jobs left to another controller, logged once
         self.default_image = default_image
         self.stuck_pod_grace = stuck_pod_grace
         self.indexes = Indexes()
@@ -106,6 +113,7 @@ class Executor:
 
     def forget(self, key: Key) -> None:
         self.memory.pop(key, None)
+        self._left.discard(key)
         self.pod_warnings.forget(key)
         metrics.PHASES.drop(key)
 
@@ -135,6 +143,19 @@ class Executor:
         body = self.job_body(key)
         if body is None:
             self.forget(key)
+            return None
+        manager = manager_of(body)
+        if manager is not None:
+            # MultiKueue (or another controller) runs it and writes its status: no
+            # read, no child, no write here.
+            if key not in self._left:
+                self._left.add(key)
+                logger.info(
+                    "job %s/%s: spec.managedBy is %s; left to it",
+                    *key,
+                    manager,
+                    extra=names.log_fields(*key),
+                )
             return None
         memory = self._memory(key, uid_of(body))
         # Every observed job, so that the gauge is whole after an operator restart too.

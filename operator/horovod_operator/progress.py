@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 from . import metrics, names, training_log
+from .api import manager_of
 from .conditions import format_time, now_utc, parse_time
 from .first_step import REASON_TRAINING_STARTED, rank0_sources
 from .kube import Kube, KubeError
@@ -116,6 +117,8 @@ class ProgressWatcher:
             body = next(iter(bodies), None)
             if body is None:
                 continue
+            if manager_of(body) is not None:
+                continue  # another controller's job: its pods are not here
             status = body.get("status") or {}
             uid = str(body["metadata"].get("uid") or "")
             attempt = int(status.get("restarts") or 0)

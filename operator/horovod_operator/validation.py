@@ -19,7 +19,20 @@ _DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 _GPU: Final = f"'{GPU_RESOURCE}'"
 # On spec: checked on every create and update.
+# As batch/v1 Job's, the controller that runs a job never changes under it: set or
+# unset (here) and its value (MANAGED_BY_RULES, on the field: a string compared
+# there is costed by its maxLength).
+_MANAGED_BY_FIXED: Final = (
+    "spec.managedBy cannot change; recreate the job to give it to another controller"
+)
+MANAGED_BY_RULES: Final[list[Any]] = [{"rule": "self == oldSelf", "message": _MANAGED_BY_FIXED}]
 SPEC_RULES: Final[list[Any]] = [
+    {
+        "rule": "has(self.managedBy) == has(oldSelf.managedBy)",
+        "message": _MANAGED_BY_FIXED,
+        "fieldPath": ".managedBy",
+        "reason": "FieldValueInvalid",
+    },
     {
         "rule": (
             "!has(self.worker) || !has(self.worker.resources) || "

@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from horovod_operator.api import format_validation_error, parse_job
+from horovod_operator.api import MANAGED_BY, format_validation_error, manager_of, parse_job
 
 
 def body(name: str = "mnist", **spec: Any) -> dict[str, Any]:
@@ -185,3 +185,13 @@ def test_min_available_above_the_replicas_names_the_field() -> None:
     assert parse_job(raw).spec.gang_size() == 1
     del gang["minAvailable"]
     assert parse_job(raw).spec.gang_size() == 2
+
+
+def test_a_job_is_left_to_the_controller_its_managed_by_names() -> None:
+    def job(value: object) -> dict[str, object]:
+        return {"spec": {"managedBy": value}} if value is not None else {"spec": {}}
+
+    assert manager_of(job(None)) is None
+    assert manager_of(job(MANAGED_BY)) is None
+    assert manager_of(job("kueue.x-k8s.io/multikueue")) == "kueue.x-k8s.io/multikueue"
+    assert manager_of({}) is None and manager_of({"spec": None}) is None

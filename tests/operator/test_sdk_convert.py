@@ -3,6 +3,7 @@ warning for each thing that does not carry over."""
 
 from __future__ import annotations
 
+import copy
 import io
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -183,3 +184,15 @@ def test_the_cli_prints_yaml_and_warns_on_stderr(tmp_path: Path) -> None:
     with redirect_stderr(io.StringIO()) as err2:
         assert hvjob(["convert", str(tmp_path / "missing.yaml")]) == 1
     assert "error:" in err2.getvalue()
+
+
+def test_a_multikueue_manager_carries_over_and_mpi_operators_own_is_dropped() -> None:
+    dispatched = copy.deepcopy(MPIJOB)
+    dispatched["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    job, _ = convert(dispatched)
+    assert parse_job(job).spec.managed_by == "kueue.x-k8s.io/multikueue"
+    own = copy.deepcopy(MPIJOB)
+    own["spec"]["runPolicy"]["managedBy"] = "kubeflow.org/mpi-operator"
+    job, warnings = convert(own)
+    assert "managedBy" not in job["spec"]
+    assert any("this operator runs the job" in w for w in warnings)

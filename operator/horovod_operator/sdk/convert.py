@@ -26,6 +26,8 @@ Obj = dict[str, Any]
 
 # mpi-operator's default sshAuthMountPath.
 MPI_OPERATOR_SSH_PATH: Final = "/root/.ssh"
+# The value an MPIJob carries when mpi-operator itself runs it.
+MPI_OPERATOR_MANAGER: Final = "kubeflow.org/mpi-operator"
 LAUNCHERS: Final = ("mpirun", "mpiexec", "horovodrun", "orterun")
 # Options of mpirun/horovodrun that take a value, so the program starts after it.
 _WITH_VALUE: Final = {
@@ -227,6 +229,10 @@ def convert(mpijob: Obj) -> tuple[Obj, list[str]]:
     run_policy = _run_policy(spec, warnings)
     if run_policy:
         out_spec["runPolicy"] = run_policy
+    manager = (spec.get("runPolicy") or {}).get("managedBy")
+    if manager and manager != MPI_OPERATOR_MANAGER:
+        # MultiKueue's, say: the job stays its to dispatch, as the MPIJob was.
+        out_spec["managedBy"] = manager
     scheduling = _scheduling(spec, warnings)
     if scheduling:
         out_spec["scheduling"] = scheduling
@@ -260,8 +266,10 @@ def _run_policy(spec: Obj, warnings: list[str]) -> Obj:
             warnings.append(f"cleanPodPolicy {clean!r} is unknown; the default (Running) applies")
     if spec.get("launcherCreationPolicy") in ("AtStartup", "WaitForWorkersReady"):
         policy["launcherCreationPolicy"] = spec["launcherCreationPolicy"]
-    if given.get("managedBy"):
-        warnings.append(f"runPolicy.managedBy {given['managedBy']!r} is dropped")
+    if given.get("managedBy") == MPI_OPERATOR_MANAGER:
+        warnings.append(
+            f"runPolicy.managedBy {MPI_OPERATOR_MANAGER!r} is dropped: this operator runs the job"
+        )
     return policy
 
 
