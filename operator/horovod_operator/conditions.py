@@ -24,6 +24,10 @@ FAILED: Final = "Failed"
 SUSPENDED: Final = "Suspended"
 SPEC_REJECTED: Final = "SpecRejected"
 STALLED: Final = "Stalled"
+# False when gang.policy Auto finds no gang scheduler: the workers are placed one
+# by one (set once, at the job's first status, with a Warning Event).
+GANG_SCHEDULED: Final = "GangScheduled"
+REASON_NO_GANG_SCHEDULER: Final = "NoGangScheduler"
 
 # Reasons of phases and outcomes.
 REASON_INVALID_SPEC: Final = "InvalidSpec"

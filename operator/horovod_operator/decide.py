@@ -41,8 +41,10 @@ from .children import (
 )
 from .conditions import (
     FAILED,
+    GANG_SCHEDULED,
     REASON_DEADLINE,
     REASON_INVALID_SPEC,
+    REASON_NO_GANG_SCHEDULER,
     REASON_PROGRESS_NOT_READ,
     REASON_PROGRESSING,
     REASON_RESUMED,
@@ -186,6 +188,8 @@ def decide(seen: Observation) -> Plan:
                 "hang will be found. Fix: ask the operator's admin to turn log reading on",
             )
         )
+    if previous is None:
+        _say_no_gang(plan, job, status, seen)
     _requeue_for_timers(plan, job, status, seen.now)
     if queue is not None and queue.requeue_after is not None:
         plan.requeue_after = min(plan.requeue_after or queue.requeue_after, queue.requeue_after)
@@ -620,6 +624,27 @@ def _events(
             message = now_true.message + detail
             events.append(Event("Warning", event_reason or now_true.reason, message))
     return events
+
+
+def _say_no_gang(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observation) -> None:
+    """gang.policy Auto on a cluster that serves no gang API: never silent (a 1.36
+    cluster serves the Workload API as scheduling.k8s.io/v1alpha2, which this
+    operator does not speak; an older one none at all)."""
+    if job.spec.scheduling.gang.policy != "Auto" or seen.gang_api is not False:
+        return
+    if job.spec.worker_count() < 2:
+        return
+    message = (
+        "spec.scheduling.gang.policy is Auto, but the cluster serves no "
+        "scheduling.k8s.io/v1beta1 PodGroup (Kubernetes 1.37 with the GenericWorkload gate): "
+        "the workers are placed one by one, and those placed hold their GPUs while the "
+        "others wait. Fix: enable the gate, or set the policy to Volcano or Coscheduling "
+        "where one is installed; policy None says no gang is wanted"
+    )
+    status.conditions = set_condition(
+        status.conditions, GANG_SCHEDULED, False, REASON_NO_GANG_SCHEDULER, message, seen.now
+    )
+    plan.events.append(Event("Warning", REASON_NO_GANG_SCHEDULER, message))
 
 
 def _requeue_for_timers(

@@ -29,6 +29,8 @@ NOW_S = "2026-01-01T12:00:00Z"
 T0 = "2026-01-01T11:59:00Z"
 KEYS = KeyPair(private_openssh="PRIVATE", public_openssh="PUBLIC")
 UID = "u-1"
+# A job that wants no gang (most tests here run with Observation's gang_api False).
+NO_GANG: dict[str, Any] = {"scheduling": {"gang": {"policy": "None"}}}
 
 
 def body(status: dict[str, Any] | None = None, generation: int = 1, **spec: Any) -> dict[str, Any]:
@@ -188,7 +190,7 @@ ALL_UP = [worker(0), worker(1), launcher_pod()]
 
 
 def test_first_plan_writes_the_status_then_creates_everything_but_the_launcher() -> None:
-    plan = decide(observe(body(), with_infra=False))
+    plan = decide(observe(body(**NO_GANG), with_infra=False))
     status = stored(plan)
     assert status["phase"] == "Pending"
     assert (status["startTime"], status["attemptStartTime"]) == (NOW_S, NOW_S)
@@ -207,16 +209,34 @@ def test_first_plan_writes_the_status_then_creates_everything_but_the_launcher()
 
 
 def test_a_progress_deadline_on_an_operator_that_reads_no_logs_is_named_once() -> None:
-    job = body(runPolicy={"progressDeadlineSeconds": 600})
+    job = body(runPolicy={"progressDeadlineSeconds": 600}, **NO_GANG)
     plan = decide(observe(job, with_infra=False, reads_logs=False))
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "ProgressNotRead")]
     assert "--no-first-step-metric" in plan.events[0].message
     # Once: the next pass has a status.
-    later = decide(observe(body(stored(plan), runPolicy={"progressDeadlineSeconds": 600}),
-                           with_infra=False, reads_logs=False))  # fmt: skip
+    again = body(stored(plan), runPolicy={"progressDeadlineSeconds": 600}, **NO_GANG)
+    later = decide(observe(again, with_infra=False, reads_logs=False))
     assert not [e for e in later.events if e.reason == "ProgressNotRead"]
     # An operator that reads logs says nothing.
     assert decide(observe(job, with_infra=False)).events == []
+
+
+def test_auto_gang_on_a_cluster_without_one_says_so_once() -> None:
+    plan = decide(observe(body(), with_infra=False, gang_api=False))
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "NoGangScheduler")]
+    assert "placed one by one" in plan.events[0].message
+    assert cond(plan, "GangScheduled")[:2] == ("False", "NoGangScheduler")
+    assert "Pod/j-worker-0" in created(plan)  # the job goes on without one
+    later = decide(observe(body(stored(plan)), with_infra=False, gang_api=False))
+    assert later.events == []
+    assert cond(later, "GangScheduled")[:2] == ("False", "NoGangScheduler")
+    # Said for Auto only, and only where a gang is known not to be served.
+    for quiet in (
+        observe(body(**NO_GANG), with_infra=False),
+        observe(body(), with_infra=False, gang_api=True),
+        observe(body(worker={"replicas": 1}), with_infra=False),
+    ):
+        assert not [e for e in decide(quiet).events if e.reason == "NoGangScheduler"]
 
 
 def test_a_gloo_job_has_no_ssh_secret_even_when_keys_are_at_hand() -> None:
@@ -529,18 +549,19 @@ def test_a_refused_create_becomes_stalled_with_the_servers_message_and_a_warning
     code: int, said: str, expected: str
 ) -> None:
     refusal = Refusal("Pod", "j-worker-1", code, said, 1, "worker")
-    plan = decide(observe(body(), [worker(0)], refusals=[refusal]))
+    # No gang wanted: the statement that none applies is another test's.
+    plan = decide(observe(body(**NO_GANG), [worker(0)], refusals=[refusal]))
     status, reason, message = cond(plan, "Stalled")
     assert (status, reason) == ("True", expected)
     assert "Pod j-worker-1" in message and said in message
     assert stored(plan)["reason"] == expected
     assert plan.events == [Event("Warning", expected, message)]
     # The same problem again posts no second Event.
-    again = decide(observe(body(stored(plan)), [worker(0)], refusals=[refusal]))
+    again = decide(observe(body(stored(plan), **NO_GANG), [worker(0)], refusals=[refusal]))
     assert again.events == []
     # A restarted operator has no refusal in memory until it tries again: the refused
     # pod still missing, the condition stands as it was (no flip, no second Event).
-    restarted = decide(observe(body(stored(again)), [worker(0)]))
+    restarted = decide(observe(body(stored(again), **NO_GANG), [worker(0)]))
     assert restarted.events == [] and "Pod/j-worker-1" in created(restarted)
     assert cond(restarted, "Stalled") == cond(plan, "Stalled")
     stalled_since = next(c for c in stored(plan)["conditions"] if c["type"] == "Stalled")

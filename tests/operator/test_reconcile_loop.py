@@ -34,7 +34,13 @@ JOB: dict[str, Any] = {
         "generation": 1,
         "resourceVersion": "1",
     },
-    "spec": {"image": "img", "command": ["c"], "worker": {"replicas": 2}},
+    # No gang wanted: this fake serves no API, and its Events here are the refusals'.
+    "spec": {
+        "image": "img",
+        "command": ["c"],
+        "worker": {"replicas": 2},
+        "scheduling": {"gang": {"policy": "None"}},
+    },
 }
 
 
