@@ -61,7 +61,9 @@ WORKLOAD_API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 
 @dataclass(frozen=True)
 class Admission:
-    """Where Kueue admitted a pod set: its flavors' node labels and tolerations.
+    """Where Kueue admitted a pod set: its flavors' node labels and tolerations, and
+    what its admission checks asked of the pods (podSetUpdates: labels, annotations,
+    node selector, tolerations; a ProvisioningRequest's nodes, say).
 
     A pod of a job that Kueue admits carries no queue label (the Workload is the
     job's one claim on quota; with Kueue's pod integration a labelled pod would be
@@ -71,6 +73,8 @@ class Admission:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[Obj] = ()
     pod_priority_class: bool = True
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 def _metadata(job: HorovodJob, name: str, labels: dict[str, str]) -> Obj:
@@ -465,7 +469,10 @@ def _pod_template(
     user_meta: Obj = template.get("metadata") or {}
     pod_spec: Obj = template.get("spec") or {}
 
-    all_labels = {**(user_meta.get("labels") or {}), **labels}
+    # An admission check's labels join the user's; the operator's own always win
+    # (the job's pods are found by them).
+    checked = admission.labels if admission is not None else {}
+    all_labels = {**(user_meta.get("labels") or {}), **checked, **labels}
     # With Volcano the queue is Volcano's (its PodGroup's spec.queue), not Kueue's.
     if (
         job.spec.scheduling.queue
@@ -474,8 +481,12 @@ def _pod_template(
     ):
         all_labels[names.LABEL_KUEUE_QUEUE] = job.spec.scheduling.queue
     metadata: Obj = {"labels": all_labels}
-    if user_meta.get("annotations"):
-        metadata["annotations"] = user_meta["annotations"]
+    annotations = {
+        **(user_meta.get("annotations") or {}),
+        **(admission.annotations if admission is not None else {}),
+    }
+    if annotations:
+        metadata["annotations"] = annotations
 
     # The operator restarts the whole job; kubelet restarting a rank in place
     # would leave horovodrun with a dead peer.

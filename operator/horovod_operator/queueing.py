@@ -209,7 +209,40 @@ def pod_set_admissions(
             tolerations=tuple(tolerations),
             pod_priority_class=pod_priority_class,
         )
+    for name, admission in list(admissions.items()):
+        admissions[name] = _with_pod_set_updates(admission, workload, name)
     return admissions
+
+
+def _with_pod_set_updates(
+    admission: builders.Admission, workload: Obj, pod_set: str
+) -> builders.Admission:
+    """`admission` with what the Workload's admission checks ask of `pod_set`'s pods
+    (status.admissionChecks[].podSetUpdates), as Kueue's job framework applies them
+    to its own jobs: labels, annotations and node selector merged (a check's value
+    over a flavor's), tolerations added. Only checks that are Ready count: Kueue
+    admits after every check is."""
+    labels = dict(admission.labels)
+    annotations = dict(admission.annotations)
+    node_selector = dict(admission.node_selector)
+    tolerations = list(admission.tolerations)
+    for check in (workload.get("status") or {}).get("admissionChecks") or ():
+        if check.get("state") != "Ready":
+            continue
+        for update in check.get("podSetUpdates") or ():
+            if update.get("name") != pod_set:
+                continue
+            labels.update(update.get("labels") or {})
+            annotations.update(update.get("annotations") or {})
+            node_selector.update(update.get("nodeSelector") or {})
+            tolerations += [t for t in update.get("tolerations") or () if t not in tolerations]
+    return builders.Admission(
+        node_selector=node_selector,
+        tolerations=tuple(tolerations),
+        pod_priority_class=admission.pod_priority_class,
+        labels=labels,
+        annotations=annotations,
+    )
 
 
 def admitted_flavors(workload: Obj | None) -> list[str]:

@@ -3,7 +3,7 @@ the test's own, and the reads the tests make of a job's Workload."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,10 +41,13 @@ def kueue_process(
 
 
 @contextmanager
-def gpu_queue(cluster: KubeCluster, namespace: str, gpus: int = 8) -> Iterator[str]:
+def gpu_queue(
+    cluster: KubeCluster, namespace: str, gpus: int = 8, admission_checks: Sequence[str] = ()
+) -> Iterator[str]:
     """A LocalQueue `gpus` in the test's namespace, of a ClusterQueue with `gpus` GPUs
     of one ResourceFlavor whose nodes are two tainted kwok nodes of 8 GPUs that only
-    this test's flavor leads to (16 GPUs there: the quota, not the nodes, limits)."""
+    this test's flavor leads to (16 GPUs there: the quota, not the nodes, limits);
+    every Workload of it waits for `admission_checks`."""
     nodes = cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:40]}-")
     flavor = cluster_queue = namespace
     try:
@@ -75,6 +78,15 @@ def gpu_queue(cluster: KubeCluster, namespace: str, gpus: int = 8) -> Iterator[s
                         "matchLabels": {"kubernetes.io/metadata.name": namespace}
                     },
                     "preemption": {"withinClusterQueue": "LowerPriority"},
+                    **(
+                        {
+                            "admissionChecksStrategy": {
+                                "admissionChecks": [{"name": n} for n in admission_checks]
+                            }
+                        }
+                        if admission_checks
+                        else {}
+                    ),
                     "resourceGroups": [
                         {
                             "coveredResources": ["nvidia.com/gpu"],

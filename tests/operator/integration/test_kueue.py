@@ -6,7 +6,9 @@ suspends (not fails) the lower job, and quota released when a job finishes."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -187,3 +189,76 @@ def test_kueue_webhooks_are_called_and_the_operator_sees_the_workload_api(
         assert asyncio.run(kube.serves("kueue.x-k8s.io/v1beta2", "workloads")) is True
     finally:
         kube.close()
+
+
+CHECK_CONTROLLER = "test.horovod.ai/provisioning"
+
+
+def test_an_admission_checks_pod_set_updates_reach_the_admitted_pods(
+    kueue: KueueProcess, jobs: Jobs, cluster: KubeCluster, namespace: str
+) -> None:
+    """A ProvisioningRequest check hands back podSetUpdates (the nodes it provisioned:
+    a label, an annotation, a toleration); Kueue admits only once it is Ready, and
+    the job's pods must carry them. This test plays the check's controller."""
+    check = f"{namespace[:40]}-prov"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cluster.apply(
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "AdmissionCheck",
+            "metadata": {"name": check},
+            "spec": {"controllerName": CHECK_CONTROLLER},
+        }
+    )
+    active = {"type": "Active", "status": "True", "reason": "Active",
+              "message": "played by the test", "lastTransitionTime": now}  # fmt: skip
+    cluster.kubectl(
+        "patch", "admissioncheck", check, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": {"conditions": [active]}}),
+    )  # fmt: skip
+    try:
+        with gpu_queue(cluster, namespace, admission_checks=[check]) as queue:
+            jobs.apply(queued_job("checked", 2, queue))
+
+            def pending_check() -> dict[str, Any] | None:
+                workload = workload_of(cluster, namespace, "checked")
+                states = (workload.get("status") or {}).get("admissionChecks") or []
+                return workload if any(s.get("name") == check for s in states) else None
+
+            workload = jobs.op.wait(pending_check, 60, "Kueue waiting for the check")
+            assert not workload_true(workload, "Admitted")
+            assert jobs.pods("checked") == [], "no pod before the check is Ready"
+            toleration = {"key": "provisioned", "operator": "Exists", "effect": "NoSchedule"}
+            ready = {
+                "name": check,
+                "state": "Ready",
+                "message": "capacity provisioned",
+                "lastTransitionTime": now,
+                "podSetUpdates": [
+                    {
+                        "name": "worker",
+                        "labels": {"provisioning.example/request": "req-1"},
+                        "annotations": {"provisioning.example/consume": "req-1"},
+                        "nodeSelector": {POOL_LABEL: namespace},
+                        "tolerations": [toleration],
+                    }
+                ],
+            }
+            cluster.kubectl(
+                "patch", WORKLOADS, workload["metadata"]["name"], "-n", namespace,
+                "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"admissionChecks": [ready]}}),
+            )  # fmt: skip
+            jobs.wait_running("checked", timeout=90)
+            for pod in _live(jobs, "checked"):
+                meta = pod["metadata"]
+                assert meta["labels"]["provisioning.example/request"] == "req-1", meta
+                assert meta["annotations"]["provisioning.example/consume"] == "req-1", meta
+                assert toleration in pod["spec"]["tolerations"], pod["spec"]
+            _on_pool(jobs, "checked", namespace)
+            launcher = _live(jobs, "checked", "launcher")
+            assert all(
+                "provisioning.example/request" not in p["metadata"]["labels"] for p in launcher
+            ), "the update named the worker pod set only"
+    finally:
+        cluster.kubectl("delete", "admissioncheck", check, "--wait=false", check=False)
