@@ -39,7 +39,7 @@ from typing import Any, Final, TextIO
 
 PROGRESS_PREFIX: Final = "HVJOB_PROGRESS"
 WAITING_PREFIX: Final = "HVJOB_WAITING"
-# Seconds between two records (set by the operator on every pod; a float).
+# Seconds between two records, and between a waiting rank's lines (a float).
 ENV_PROGRESS_INTERVAL: Final = "HVJOB_PROGRESS_INTERVAL"
 DEFAULT_INTERVAL: Final = 10.0
 
@@ -53,22 +53,22 @@ def progress_in_line(line: str) -> dict[str, Any] | None:
     """The record a line carries, wherever the marker sits (launchers prefix rank
     tags; the kubelet a timestamp), or None when it carries none or a broken one:
     a user's print must never stop the operator's reading of the rest."""
-    marker = f"{PROGRESS_PREFIX} "
-    at = line.find(marker)
-    if at < 0:
-        return None
-    try:
-        parsed, _ = json.JSONDecoder().raw_decode(line[at + len(marker) :])
-    except ValueError:
-        return None
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("step"), int):
+    parsed = _object_after(PROGRESS_PREFIX, line)
+    if parsed is None or not isinstance(parsed.get("step"), int):
         return None
     return parsed
 
 
 def waiting_rank_in_line(line: str) -> int | None:
     """The rank a HVJOB_WAITING line is about, or None."""
-    marker = f"{WAITING_PREFIX} "
+    parsed = _object_after(WAITING_PREFIX, line)
+    rank = parsed.get("rank") if parsed is not None else None
+    return rank if isinstance(rank, int) else None
+
+
+def _object_after(prefix: str, line: str) -> dict[str, Any] | None:
+    """The JSON object after `prefix ` in `line` (what follows it is ignored)."""
+    marker = f"{prefix} "
     at = line.find(marker)
     if at < 0:
         return None
@@ -76,8 +76,7 @@ def waiting_rank_in_line(line: str) -> int | None:
         parsed, _ = json.JSONDecoder().raw_decode(line[at + len(marker) :])
     except ValueError:
         return None
-    rank = parsed.get("rank") if isinstance(parsed, dict) else None
-    return rank if isinstance(rank, int) else None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def interval_from_env(environ: Mapping[str, str] = os.environ) -> float:

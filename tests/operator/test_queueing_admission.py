@@ -8,7 +8,7 @@ from horovod_operator import queueing
 from horovod_operator.api import parse_job
 from horovod_operator.builders import new_launcher_job, new_worker_pod
 
-FLAVOR = {
+FLAVOR: dict[str, Any] = {
     "metadata": {"name": "a100"},
     "spec": {
         "nodeLabels": {"pool": "a100"},
