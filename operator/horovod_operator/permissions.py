@@ -40,7 +40,7 @@ NAMESPACED: Final[Rights] = {
 }
 
 # Only with the time-to-first-step metric (--first-step-metric, the chart's
-# metrics.firstStep.enabled): first_step.py reads the start of rank 0's log.
+# metrics.firstStep.enabled): progress.py reads rank 0's log (first step, progress, hangs).
 FIRST_STEP: Final[Rights] = {"pods/log": frozenset({"get"})}
 
 # Cluster-scoped reads, by name only (a ClusterRole in both modes).

@@ -30,7 +30,7 @@ def _code(folder: str) -> str:
 
 
 # Lines the trainers print and the demo, the tests and users parse (the operator
-# reads RANK_PREFIX too, for the time to first step: first_step.py).
+# reads RANK_PREFIX too, for the time to first step: progress.py).
 PRINTED_LINES = ("RANK_PREFIX", "RESULT_PREFIX")
 
 

@@ -88,7 +88,7 @@ def wait_finished(cluster: KubeCluster, namespace: str, name: str, timeout: floa
 
 def assert_first_step_recorded(cluster: KubeCluster, namespace: str, name: str) -> None:
     """status.firstStepTime within the job's run, and the TrainingStarted Event
-    (the operator's time to first step, read from rank 0's log: first_step.py).
+    (the operator's time to first step, read from rank 0's log: progress.py).
 
     A job that finishes between two of the watcher's looks gets its last look on
     the watcher's next tick after Succeeded, so the field and the Event may land a

@@ -205,7 +205,7 @@ def test_rbac_grants_exactly_what_the_operator_uses(
             assert proc.stdout.strip() == allowed, (verb, target, proc.stdout)
         for verb, resource, subresource, allowed in [
             ("create", "pods", "", "yes"),
-            # The start of rank 0's log: the time to the first step (first_step.py).
+            # The start of rank 0's log: the time to the first step (progress.py).
             ("get", "pods", "log", "yes" if first_step else "no"),
             ("update", "horovodjobs.horovod.ai", "", "no"),
             ("update", "secrets", "", "no"),
