@@ -72,7 +72,6 @@ class _Watch:
     cursor: str | None = None  # the newest line's timestamp read so far
     caught_up: bool = False  # the last read reached the end of the log
     started: bool = False  # firstStepTime is known
-    final_look: bool = False  # a finished job's last read is done
     step: int | None = None
     moved: str | None = None  # when the step last changed (the line's time)
     record: dict[str, Any] = field(default_factory=dict)

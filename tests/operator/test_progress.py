@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from horovod_operator import progress
+from horovod_operator.kube import KubeError
 from horovod_operator.memory import Indexes
 from horovod_operator.progress import ProgressWatcher
 
@@ -276,3 +277,21 @@ def test_a_job_of_2048_workers_costs_one_read_per_interval_like_a_small_one() ->
     for tick in range(0, 60):  # a minute, one scan a second
         asyncio.run(watcher.scan(100.0 + tick))
     assert len(kube.reads) == 60 / every
+
+
+@pytest.mark.parametrize("code", [403, 429, 500])
+def test_a_refused_read_writes_nothing_and_is_asked_again_after_a_backoff(code: int) -> None:
+    kube, _, watcher = _setup(_rank_lines(200) + _record(100, 10), _job("Running", deadline=60))
+    answers = kube.pod_log
+
+    async def refused(*args: Any, **kwargs: Any) -> str:
+        kube.reads.append((LAUNCHER, None))
+        raise KubeError(code, "Refused", "no")
+
+    kube.pod_log = refused  # type: ignore[method-assign]
+    asyncio.run(watcher.scan(100.0))
+    asyncio.run(watcher.scan(101.0))  # within the backoff: not asked again
+    assert len(kube.reads) == 1 and kube.patches == []  # no read, so no hang declared
+    kube.pod_log = answers  # type: ignore[method-assign]
+    asyncio.run(watcher.scan(100.0 + progress.MIN_INTERVAL))
+    assert "hung" in kube.patches[-1]["progress"]
