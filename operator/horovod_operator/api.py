@@ -30,6 +30,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -138,11 +139,29 @@ class WorkerSpec(_Model):
         ),
     )
 
+    # GPUs per worker from the template's DRA claims (claims.py): known only once the
+    # executor has read the ResourceClaimTemplates, so not a field of the wire form.
+    _claimed_gpus: int = PrivateAttr(default=0)
+
     @field_validator("template")
     @classmethod
     def _template_shape(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         check_template_shape(value)
         return value
+
+    def gpus(self) -> int | None:
+        """GPUs per worker: the device plugin's (worker.resources) and the DRA claims'
+        together; None when neither asks for one."""
+        plugin = self.resources.gpus() if self.resources else None
+        if not self._claimed_gpus:
+            return plugin
+        return (plugin or 0) + self._claimed_gpus
+
+    def with_claimed_gpus(self, gpus: int) -> WorkerSpec:
+        """A copy that counts `gpus` claimed GPUs per worker."""
+        copy = self.model_copy()
+        copy._claimed_gpus = gpus
+        return copy
 
 
 # horovodrun options the operator writes itself from the job: a second value

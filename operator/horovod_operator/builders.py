@@ -312,7 +312,7 @@ def _env(job: HorovodJob, role: str, index: int | None = None) -> list[Obj]:
     ]
     if not job.spec.elastic:  # an elastic job's size changes
         env.append({"name": contract.ENV_EXPECTED_SIZE, "value": str(job.spec.total_slots())})
-    gpus = job.spec.worker.resources.gpus() if job.spec.worker.resources else None
+    gpus = job.spec.worker.gpus()
     if gpus:
         # On the launcher too: horovodrun exports its environment to every rank.
         env.append({"name": contract.ENV_GPUS_PER_WORKER, "value": str(gpus)})

@@ -78,6 +78,13 @@ REASON_OLD_CHILD: Final = "WaitingForPreviousJob"
 REASON_GANG_UNAVAILABLE: Final = "GangSchedulingUnavailable"
 # A feature the job needs (a queue, a gang) whose discovery has not answered yet.
 REASON_DISCOVERY_PENDING: Final = "APIDiscoveryPending"
+# The worker's DRA claims (claims.py): a ResourceClaimTemplate that does not exist,
+# one whose GPU count is known only after allocation, or fewer GPUs than ranks.
+REASON_CLAIM_TEMPLATE_NOT_FOUND: Final = "ClaimTemplateNotFound"
+REASON_CLAIM_NOT_COUNTABLE: Final = "ClaimNotCountable"
+REASON_TOO_FEW_GPUS: Final = "TooFewGPUs"
+# A Warning: the claims ask for devices, none of a class counted as GPUs.
+REASON_CLAIMS_WITHOUT_GPUS: Final = "ClaimsWithoutGPUs"
 # Reasons of a job that Kueue admits (queueing.py): Suspended until its Workload is
 # admitted, and again while an eviction takes its pods.
 REASON_QUEUED_BY_KUEUE: Final = "QueuedByKueue"

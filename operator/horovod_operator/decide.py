@@ -42,6 +42,7 @@ from .children import (
 from .conditions import (
     FAILED,
     GANG_SCHEDULED,
+    REASON_CLAIMS_WITHOUT_GPUS,
     REASON_DEADLINE,
     REASON_INVALID_SPEC,
     REASON_NO_GANG_SCHEDULER,
@@ -70,6 +71,8 @@ from .phases import (
 from .plan import Delete, Event, Observation, Plan, PodSweep, Refusal
 from .validation import template_policy_violations
 
+# A job that waits for its ResourceClaimTemplate looks again this often (claims.py).
+CLAIM_RETRY: Final = 10.0
 # Timers further away than this are re-checked then (a long deadline costs one
 # cheap reconcile an hour instead of a timer that outlives its reason).
 MAX_REQUEUE: Final = 3600.0
@@ -120,6 +123,9 @@ def decide(seen: Observation) -> Plan:
         # A started job runs on the spec it last accepted.
         job = HorovodJob(metadata=ObjectMeta.model_validate(meta), spec=spec, status=previous)
     assert job is not None
+    if seen.worker_claims is not None and seen.worker_claims.gpus:
+        worker = job.spec.worker.with_claimed_gpus(seen.worker_claims.gpus)
+        job = job.model_copy(update={"spec": job.spec.model_copy(update={"worker": worker})})
     if _spec_fixed(job):
         job.status = None  # failed for its spec, and the spec changed: start afresh
     permanent = [r for r in seen.refusals if r.permanent and r.generation == generation]
@@ -190,9 +196,13 @@ def decide(seen: Observation) -> Plan:
         )
     if previous is None:
         _say_no_gang(plan, job, status, seen)
+        _say_uncounted_claims(plan, job, seen)
     _requeue_for_timers(plan, job, status, seen.now)
     if queue is not None and queue.requeue_after is not None:
         plan.requeue_after = min(plan.requeue_after or queue.requeue_after, queue.requeue_after)
+    if status.phase in ("Pending", "Starting") and stalled.claims_problem(job, seen) is not None:
+        # ResourceClaimTemplates are not watched: look again for the one created or fixed.
+        plan.requeue_after = min(plan.requeue_after or CLAIM_RETRY, CLAIM_RETRY)
     _force_delete_stuck_pods(plan, seen)
     return plan
 
@@ -376,6 +386,8 @@ def _ensure_children(
         if queue.admissions is None:
             return  # admitted, but a flavor is not read yet
         admissions = dict(queue.admissions)
+    if missing and stalled.claims_problem(job, seen) is not None:
+        return  # stalled.problems names the claim and the fix
     if missing and gang:
         # Before its pods: the scheduler holds them until their group is complete.
         want(builders.new_pod_group(job, attempt, admissions.get(names.ROLE_WORKER)))
@@ -645,6 +657,26 @@ def _say_no_gang(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Ob
         status.conditions, GANG_SCHEDULED, False, REASON_NO_GANG_SCHEDULER, message, seen.now
     )
     plan.events.append(Event("Warning", REASON_NO_GANG_SCHEDULER, message))
+
+
+def _say_uncounted_claims(plan: Plan, job: HorovodJob, seen: Observation) -> None:
+    """Claims that ask for devices, none of them GPUs the operator counts, on a job
+    with no other GPU: said once, since a GPU class it does not know would leave the
+    ranks' GPU guard and the slots check off."""
+    claimed = seen.worker_claims
+    if claimed is None or not claimed.uncounted or job.spec.worker.gpus():
+        return
+    plan.events.append(
+        Event(
+            "Warning",
+            REASON_CLAIMS_WITHOUT_GPUS,
+            f"the worker's ResourceClaimTemplates ask for devices of class(es) "
+            f"{', '.join(claimed.uncounted)}, none of which this operator counts as GPUs "
+            "(--gpu-device-classes), so HVJOB_GPUS_PER_WORKER is unset and slotsPerWorker "
+            "is not checked against them. Fix, if they are GPUs: ask the operator's admin "
+            "to add the class (chart value dra.gpuDeviceClasses)",
+        )
+    )
 
 
 def _requeue_for_timers(

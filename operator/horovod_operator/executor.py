@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any, Final
 
-from . import accepted, metrics, names, queueing, views
+from . import accepted, claims, metrics, names, queueing, views
 from .api import (
     TERMINAL_PHASES,
     HorovodJobSpec,
@@ -69,6 +69,9 @@ MAX_REFUSAL_BACKOFF: Final = 60.0
 SLOW_START_SECONDS: Final = 15.0
 # A ResourceFlavor read for one job's admission serves others for this long.
 FLAVOR_TTL: Final = 30.0
+# A ResourceClaimTemplate read for a job serves its later reconciles (and its
+# namespace's other jobs) this long; a missing one is asked for again each time.
+CLAIM_TEMPLATE_TTL: Final = 30.0
 # A Workload status write that conflicted with Kueue's is tried again after this.
 WORKLOAD_RETRY: Final = 0.5
 _KNOWN_STATUS_KEYS: Final = frozenset(
@@ -94,6 +97,9 @@ class Executor:
         self.kube = kube
         self.restrict_templates = restrict_templates
         self.reads_logs = True  # off with --no-first-step-metric (handlers.py)
+        # DeviceClasses whose devices count as GPUs (--gpu-device-classes, claims.py).
+        self.gpu_device_classes: tuple[str, ...] = claims.DEFAULT_GPU_DEVICE_CLASSES
+        self._claim_templates: dict[tuple[str, str], tuple[float, Obj]] = {}
         self._left: set[Key] = set()  # jobs left to another controller, logged once
         self.default_image = default_image
         self.stuck_pod_grace = stuck_pod_grace
@@ -185,6 +191,7 @@ class Executor:
             workload = children.workload
             if wanted_class and (workload is None or workload_finished(workload)):
                 priority = await self._priority(str(wanted_class))
+        worker_claims = await self._worker_claims(key, body)
         now = now_utc()
         generation = int(body["metadata"].get("generation") or 0)
         ran_on = self._ran_on(memory, children.config_map, generation)
@@ -222,6 +229,7 @@ class Executor:
             discovery_errors=dict(self.discovery.errors) if self.discovery is not None else {},
             flavors=flavors,
             priority=priority,
+            worker_claims=worker_claims,
         )
         return seen, memory
 
@@ -296,6 +304,31 @@ class Executor:
             return None
         self._flavors[name] = (now, flavor)
         return flavor
+
+    async def _worker_claims(self, key: Key, body: Obj) -> claims.WorkerClaims | None:
+        """The GPUs the worker's DRA claims add up to, for a job that may still create
+        pods (None: it names no ResourceClaimTemplate). Templates are read by name,
+        never listed, at most every CLAIM_TEMPLATE_TTL seconds each."""
+        if (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            return None
+        template = ((body.get("spec") or {}).get("worker") or {}).get("template")
+        refs = claims.template_refs(template if isinstance(template, dict) else None)
+        if not refs:
+            return None
+        found = {ref.template: await self._claim_template(key[0], ref.template) for ref in refs}
+        return claims.count(refs, found, key[0], self.gpu_device_classes)
+
+    async def _claim_template(self, namespace: str, name: str) -> Obj | None:
+        now = time.monotonic()
+        cached = self._claim_templates.get((namespace, name))
+        if cached is not None and now - cached[0] < CLAIM_TEMPLATE_TTL:
+            return cached[1]
+        found = await self.kube.get("ResourceClaimTemplate", namespace, name)
+        if found is None:
+            self._claim_templates.pop((namespace, name), None)
+            return None
+        self._claim_templates[(namespace, name)] = (now, {"spec": found.get("spec") or {}})
+        return found
 
     async def _priority(self, name: str) -> Priority | None:
         """What a priority class name names: a Kueue WorkloadPriorityClass first (the

@@ -122,6 +122,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # grants no pods/log).
     memo.first_step = None
     reconciler.executor.reads_logs = config.first_step_metric
+    reconciler.executor.gpu_device_classes = config.gpu_device_classes
     if config.first_step_metric:
         watcher = ProgressWatcher(
             kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active

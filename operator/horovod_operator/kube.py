@@ -107,6 +107,10 @@ _PATHS: Final[dict[str, str]] = {
     "ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
     "WorkloadPriorityClass": "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
     "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
+    # The worker's DRA claims (claims.py), read by name.
+    "ResourceClaimTemplate": (
+        "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates"
+    ),
     "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
 }
 # Kinds that more than one API group names: the PodGroups of Volcano and of

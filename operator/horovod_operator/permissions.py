@@ -37,6 +37,8 @@ NAMESPACED: Final[Rights] = {
     # watches.WORKLOADS (where Kueue is served); its status as Kueue's job framework.
     "workloads.kueue.x-k8s.io": frozenset({"get", "list", "watch", "create"}),
     "workloads.kueue.x-k8s.io/status": frozenset({"patch"}),
+    # executor._claim_template: the GPUs a worker's DRA claims add up to (claims.py).
+    "resourceclaimtemplates.resource.k8s.io": frozenset({"get"}),
 }
 
 # Only with the time-to-first-step metric (--first-step-metric, the chart's

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from .api import HorovodJobSpec, HorovodJobStatus
 from .children import Children
+from .claims import WorkerClaims
 from .sshkeys import KeyPair
 
 Obj = Mapping[str, Any]
@@ -80,6 +81,9 @@ class Observation:
     # What spec.scheduling.priorityClassName names, looked up while the job has no
     # Workload yet; None when it names nothing (or is unset).
     priority: Priority | None = None
+    # What the worker's DRA claims add up to (claims.py); None: it names no
+    # ResourceClaimTemplate, or the job is finished.
+    worker_claims: WorkerClaims | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from .claims import DEFAULT_GPU_DEVICE_CLASSES
+
 ENV_PREFIX: Final = "HOROVOD_OPERATOR_"
 
 
@@ -30,6 +32,8 @@ class OperatorConfig:
     stall_seconds: float = 180.0  # /healthz fails when a reconcile runs longer
     restrict_templates: bool = False  # refuse templates that gain privileges
     first_step_metric: bool = True  # read rank 0's log for the time to the first step
+    # DRA DeviceClasses whose devices are GPUs (claims.py).
+    gpu_device_classes: tuple[str, ...] = DEFAULT_GPU_DEVICE_CLASSES
 
     @property
     def all_namespaces(self) -> bool:
@@ -138,6 +142,12 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         help="read the start of rank 0's log for the time to the first training step "
         "(needs get on pods/log; off: no pod log is read)",
     )
+    parser.add_argument(
+        "--gpu-device-classes",
+        default=_env("GPU_DEVICE_CLASSES", ",".join(defaults.gpu_device_classes)),
+        help="comma-separated DRA DeviceClasses whose devices count as GPUs in a worker's "
+        "ResourceClaimTemplates (slots check, HVJOB_GPUS_PER_WORKER) [%(default)s]",
+    )
     args = parser.parse_args(argv)
 
     raw = args.namespaces or [_env("NAMESPACES", "")]
@@ -162,4 +172,7 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         stall_seconds=args.stall_seconds,
         restrict_templates=args.restrict_templates,
         first_step_metric=args.first_step_metric,
+        gpu_device_classes=tuple(
+            c.strip() for c in args.gpu_device_classes.split(",") if c.strip()
+        ),
     )

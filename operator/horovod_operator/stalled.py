@@ -11,7 +11,7 @@ import re
 from datetime import datetime
 from typing import Final
 
-from . import names, podgroups
+from . import claims, names, podgroups
 from .api import HorovodJob, HorovodJobStatus
 from .children import (
     Obj,
@@ -59,11 +59,23 @@ def undiscovered(job: HorovodJob, seen: Observation) -> list[tuple[str, str]]:
     return needs
 
 
+def claims_problem(job: HorovodJob, seen: Observation) -> tuple[str, str] | None:
+    """Why the worker's DRA claims keep its pods from being created, if they do."""
+    if seen.worker_claims is None:
+        return None
+    resources = job.spec.worker.resources
+    plugin = resources.gpus() if resources else None
+    return claims.blocking(job.spec.slots_per_worker, plugin, seen.worker_claims)
+
+
 def problems(
     job: HorovodJob, creates: list[dict[str, object]], status: HorovodJobStatus, seen: Observation
 ) -> list[tuple[str, str]]:
     children = seen.children
     problems: list[tuple[str, str]] = []
+    claim = claims_problem(job, seen)
+    if claim is not None and len(children.workers) < job.spec.worker_count():
+        problems.append(claim)
     for key, what in undiscovered(job, seen):
         error = seen.discovery_errors.get(key, "no answer yet")
         problems.append(

@@ -106,4 +106,9 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["patch"]
+# DRA (docs/dra.md): the ResourceClaimTemplates a worker template names are read
+# by name to count the GPUs per worker; never listed, never written.
+- apiGroups: ["resource.k8s.io"]
+  resources: ["resourceclaimtemplates"]
+  verbs: ["get"]
 {{- end }}

@@ -1,0 +1,205 @@
+"""GPUs through Dynamic Resource Allocation, against the real kube-scheduler: it
+allocates devices from ResourceSlices this test publishes for two kwok nodes (no
+driver is needed to allocate; kwok plays the kubelet), and the operator counts
+the GPUs from the worker's ResourceClaimTemplate (claims.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from localcluster.paths import REPO
+from tests.support.cluster import KubeCluster
+from tests.support.operator import Jobs, hvjob
+
+DRIVER = "gpu.nvidia.com"  # also the DeviceClass: one the operator counts by default
+DEVICES_PER_NODE = 4
+
+
+def _apply(cluster: KubeCluster, *docs: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+
+
+@pytest.fixture
+def gpu_slices(cluster: KubeCluster, pool: dict[str, Any]) -> Iterator[list[str]]:
+    """The DeviceClass, and a ResourceSlice of four GPUs for each of the pool's nodes
+    (owned by the node, as a DRA driver's kubelet plugin publishes them)."""
+    _apply(
+        cluster,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        },
+    )
+    slices = []
+    for node in pool["nodes"]:
+        uid = cluster.get("node", node)["metadata"]["uid"]
+        slices.append(f"{node}-gpus")
+        _apply(
+            cluster,
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {
+                    "name": f"{node}-gpus",
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
+                    ],
+                },
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": [
+                        {"name": f"gpu-{i}", "attributes": {"index": {"int": i}}}
+                        for i in range(DEVICES_PER_NODE)
+                    ],
+                },
+            },
+        )
+    try:
+        yield slices
+    finally:
+        cluster.kubectl("delete", "resourceslice", *slices, "--wait=false", check=False)
+
+
+def _claim_template(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": gpus}}
+                    ]
+                }
+            }
+        },
+    }
+
+
+def _dra_job(name: str, pool_template: dict[str, Any], claim_template: str, **spec: Any) -> Any:
+    manifest = hvjob(name, replicas=2, **spec)
+    del manifest["spec"]["worker"]["resources"]  # the GPUs come from the claims only
+    template = json.loads(json.dumps(pool_template))
+    template["spec"]["resourceClaims"] = [
+        {"name": "gpus", "resourceClaimTemplateName": claim_template}
+    ]
+    template["spec"]["containers"] = [
+        {"name": "worker", "resources": {"claims": [{"name": "gpus"}]}}
+    ]
+    manifest["spec"]["worker"]["template"] = template
+    return manifest
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "worker")
+    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
+
+
+def test_two_jobs_competing_for_eight_claimed_gpus_run_one_after_the_other(
+    jobs: Jobs,
+    cluster: KubeCluster,
+    namespace: str,
+    pool: dict[str, Any],
+    gpu_slices: list[str],
+) -> None:
+    # A job whose claim template does not exist yet waits, saying which and where.
+    jobs.apply(_dra_job("first", pool["template"], "four-gpus", slotsPerWorker=4))
+    stalled = jobs.op.wait(lambda: jobs.condition("first", "Stalled"), 30, "first Stalled")
+    assert stalled["reason"] == "ClaimTemplateNotFound", stalled
+    assert "ResourceClaimTemplate four-gpus" in stalled["message"], stalled
+    assert f"namespace {namespace}" in stalled["message"], stalled
+    assert jobs.pods("first") == []
+    jobs.op.wait(
+        lambda: "ClaimTemplateNotFound" in [r for r, _ in jobs.warnings("first")], 10, "a Warning"
+    )
+
+    # Once it exists, the workers are created with the GPUs counted from it.
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(_claim_template("four-gpus", 4))
+    )
+    jobs.wait_running("first", timeout=60)
+    pods = jobs.pods("first")
+    assert {_env(p)["HVJOB_GPUS_PER_WORKER"] for p in pods} == {"4"}
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(pool["nodes"])
+    # The scheduler allocated each worker its own claim of four devices.
+    claims = json.loads(
+        cluster.kubectl("get", "resourceclaims", "-n", namespace, "-o", "json").stdout
+    )["items"]
+    allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
+    assert len(allocated) == 2, claims
+    for claim in allocated:
+        assert len(claim["status"]["allocation"]["devices"]["results"]) == DEVICES_PER_NODE
+
+    # A second job of the same size finds no free device and says what the
+    # scheduler says.
+    jobs.apply(_dra_job("second", pool["template"], "four-gpus", slotsPerWorker=4))
+    waiting = jobs.op.wait(
+        lambda: (c := jobs.condition("second", "Stalled")) and c["reason"] == "Unschedulable" and c,
+        60,
+        "second Stalled by the scheduler",
+    )
+    assert "cannot allocate all claims" in waiting["message"], waiting
+    assert not [p for p in jobs.pods("second") if p["spec"].get("nodeName")]
+
+    # The first ends; its claims go with its pods, and the second gets the devices.
+    launcher = jobs.wait_running("first")
+    cluster.set_pod_phase(namespace, launcher, "Succeeded")
+    jobs.wait_phase("first", "Succeeded")
+    jobs.wait_running("second", timeout=120)
+    assert jobs.condition("second", "Stalled") is None
+
+
+def test_more_ranks_than_claimed_gpus_waits_and_names_the_fix(
+    jobs: Jobs,
+    cluster: KubeCluster,
+    namespace: str,
+    pool: dict[str, Any],
+    gpu_slices: list[str],
+) -> None:
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(_claim_template("two-gpus", 2))
+    )
+    jobs.apply(_dra_job("greedy", pool["template"], "two-gpus", slotsPerWorker=4))
+    stalled = jobs.op.wait(lambda: jobs.condition("greedy", "Stalled"), 30, "greedy Stalled")
+    assert stalled["reason"] == "TooFewGPUs", stalled
+    assert "slotsPerWorker: 4 is more than the 2 GPU(s) per worker" in stalled["message"]
+    jobs.op.stays(lambda: jobs.pods("greedy") == [], 2.0, "no worker created")
+    # Fixed in the template (its spec cannot change: replaced): it starts, within
+    # the template's read interval (30 s) and the retry (10 s).
+    cluster.kubectl("delete", "resourceclaimtemplate", "two-gpus", "-n", namespace)
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(_claim_template("two-gpus", 4))
+    )
+    jobs.wait_running("greedy", timeout=90)
+    assert {_env(p)["HVJOB_GPUS_PER_WORKER"] for p in jobs.pods("greedy")} == {"4"}
+
+
+def test_the_dra_example_runs_where_gpus_are_published(
+    jobs: Jobs,
+    cluster: KubeCluster,
+    namespace: str,
+    pool: dict[str, Any],
+    gpu_slices: list[str],
+) -> None:
+    docs = list(yaml.safe_load_all((REPO / "examples" / "dra" / "pytorch-digits-dra.yaml").open()))
+    (job,) = [d for d in docs if d["kind"] == "HorovodJob"]
+    # Only the pool's nodes have devices, and only this test's pods tolerate them.
+    job["spec"]["worker"]["template"]["spec"].update(pool["template"]["spec"])
+    job["spec"]["image"] = "horovod-worker:0.1.0"
+    cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs)
+    )
+    name = job["metadata"]["name"]
+    jobs.wait_running(name, timeout=60)
+    assert {_env(p)["HVJOB_GPUS_PER_WORKER"] for p in jobs.pods(name)} == {"1"}
+    assert {p["spec"]["nodeName"] for p in jobs.pods(name)} <= set(pool["nodes"])
