@@ -51,7 +51,9 @@ KWOK_NODE_LABEL = "horovod.ai/node-kind"
 # Native gang scheduling (KEP-4671): scheduling.k8s.io/v1beta1 Workload and
 # PodGroup, beta and off by default in 1.37. The operator detects the API; this
 # cluster serves it so that the gang path is tested against the real scheduler.
-FEATURE_GATES = "--feature-gates=GenericWorkload=true"
+# DRAWorkloadResourceClaims (beta, off by default in 1.37): a PodGroup's DRA claims
+# shared by its pods (docs/dra.md).
+FEATURE_GATES = "--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true"
 
 
 class ClusterError(RuntimeError):

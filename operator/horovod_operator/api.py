@@ -358,6 +358,43 @@ class RunPolicy(_Model):
     )
 
 
+class GangResourceClaim(_Model):
+    """A ResourceClaim that the gang's PodGroup holds and every worker shares
+    (Kubernetes 1.37's DRAWorkloadResourceClaims): one set of devices for the whole
+    attempt, e.g. an NVLink ComputeDomain channel."""
+
+    name: str = Field(
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="The claim's name in the PodGroup and in every worker pod (a DNS label); "
+        "the worker container gets it in resources.claims.",
+    )
+    resource_claim_template_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="A ResourceClaimTemplate: the control plane makes one claim from it per "
+        "attempt's PodGroup and deletes it with the group.",
+    )
+    resource_claim_name: str | None = Field(
+        default=None, max_length=253, description="An existing ResourceClaim, shared as it is."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GangResourceClaim:
+        if (self.resource_claim_template_name is None) == (self.resource_claim_name is None):
+            raise ValueError("set exactly one of resourceClaimTemplateName and resourceClaimName")
+        return self
+
+    def reference(self) -> dict[str, str]:
+        """The claim as the PodGroup and the pods write it (they must match exactly)."""
+        ref = {"name": self.name}
+        if self.resource_claim_template_name is not None:
+            ref["resourceClaimTemplateName"] = self.resource_claim_template_name
+        if self.resource_claim_name is not None:
+            ref["resourceClaimName"] = self.resource_claim_name
+        return ref
+
+
 class GangScheduling(_Model):
     """All or nothing: the workers are placed together or not at all."""
 
@@ -382,6 +419,22 @@ class GangScheduling(_Model):
         "(default: all of them). The schedule timeout is runPolicy.startupTimeoutSeconds: "
         "a gang that cannot be placed fails then, naming what the scheduler said.",
     )
+    resource_claims: list[GangResourceClaim] | None = Field(
+        default=None,
+        max_length=4,
+        description="DRA claims the native gang's PodGroup holds and every worker shares "
+        "(Kubernetes 1.37, DRAWorkloadResourceClaims feature gate; docs/dra.md). They need "
+        "the native gang: the job waits (Stalled/GangSchedulingUnavailable) where it is not "
+        "served, and fails as InvalidSpec where the API server drops the field.",
+    )
+
+    def shared_claims(self) -> list[GangResourceClaim]:
+        return self.resource_claims or []
+
+    def needs_native(self) -> bool:
+        """Whether only the native gang will do: Native, or Auto with shared claims
+        (without the PodGroup each pod would make its own claim from the template)."""
+        return self.policy == "Native" or (self.policy == "Auto" and bool(self.resource_claims))
 
 
 class Scheduling(_Model):
@@ -541,6 +594,7 @@ class HorovodJobSpec(_Model):
                 f"scheduling.gang.minAvailable: {wanted} is more than {counted} "
                 f"({self.worker_count()}); at most every worker can be placed"
             )
+        self._gang_claims_semantics()
         if self.launch_mode == "gloo":
             for used, name in (
                 (self.launcher.horovodrun_args, "launcher.horovodrunArgs"),
@@ -564,6 +618,31 @@ class HorovodJobSpec(_Model):
                 f"requested per worker in worker.resources; each rank needs its own GPU"
             )
         return self
+
+    def _gang_claims_semantics(self) -> None:
+        gang = self.scheduling.gang
+        if not gang.resource_claims:
+            return
+        if gang.policy not in ("Auto", "Native"):
+            raise ValueError(
+                f"scheduling.gang.resourceClaims: only the native gang's PodGroup shares "
+                f"claims, and gang.policy is {gang.policy}; set it to Native (or Auto), or "
+                "remove the claims"
+            )
+        names = [claim.name for claim in gang.shared_claims()]
+        own = {
+            str(claim.get("name"))
+            for claim in ((self.worker.template or {}).get("spec") or {}).get("resourceClaims")
+            or ()
+            if isinstance(claim, dict)
+        }
+        for name in names:
+            if names.count(name) > 1 or name in own:
+                raise ValueError(
+                    f"scheduling.gang.resourceClaims: the name {name!r} is used twice (here or "
+                    "in spec.worker.template.spec.resourceClaims); a pod's claims need one name "
+                    "each"
+                )
 
     def _elastic_semantics(self) -> None:
         elastic = self.elastic

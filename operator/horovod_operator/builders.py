@@ -551,6 +551,9 @@ def new_pod_group(job: HorovodJob, attempt: int, admission: Admission | None = N
         # Volcano's or coscheduling's group (podgroups.py), sized by what a worker requests.
         worker = new_worker_pod(job, 0, attempt, admission=admission)
         return podgroups.new_pod_group(job, metadata, worker)
+    if job.spec.scheduling.gang.resource_claims:
+        # Made (from templates) and reserved for the group, deleted with it.
+        spec["resourceClaims"] = [c.reference() for c in job.spec.scheduling.gang.shared_claims()]
     return {
         "apiVersion": POD_GROUP_API_VERSION,
         "kind": "PodGroup",
@@ -585,6 +588,18 @@ def new_worker_pod(
     if gang and podgroups.of(job) is None:
         group = names.pod_group_name(name, attempt, job.spec.gang_size())
         pod_spec["schedulingGroup"] = {"podGroupName": group}
+        shared = job.spec.scheduling.gang.shared_claims()
+        if shared:
+            # The group's claims, matched exactly: the pod uses the group's devices.
+            pod_spec["resourceClaims"] = [
+                *(pod_spec.get("resourceClaims") or []),
+                *(c.reference() for c in shared),
+            ]
+            requirements = container.setdefault("resources", {})
+            requirements["claims"] = [
+                *(requirements.get("claims") or []),
+                *({"name": c.name} for c in shared),
+            ]
 
     resources = job.spec.worker.resources
     if resources is not None:

@@ -379,7 +379,8 @@ def _ensure_children(
         if names.worker_name(job.metadata.name, i) not in existing
     ]
     gang = gang_scheduled(job, seen)
-    if job.spec.scheduling.gang.policy not in ("Auto", "None") and not gang:
+    required = job.spec.scheduling.gang.policy not in ("Auto", "None")
+    if (required or job.spec.scheduling.gang.needs_native()) and not gang:
         return  # no worker without its required gang; stalled.problems says why
     admissions: dict[str, builders.Admission | None] = {}
     if queue is not None:
@@ -642,8 +643,9 @@ def _say_no_gang(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Ob
     """gang.policy Auto on a cluster that serves no gang API: never silent (a 1.36
     cluster serves the Workload API as scheduling.k8s.io/v1alpha2, which this
     operator does not speak; an older one none at all)."""
-    if job.spec.scheduling.gang.policy != "Auto" or seen.gang_api is not False:
-        return
+    gang = job.spec.scheduling.gang
+    if gang.policy != "Auto" or gang.needs_native() or seen.gang_api is not False:
+        return  # with shared claims, Auto waits for the gang (stalled.problems)
     if job.spec.worker_count() < 2:
         return
     message = (

@@ -71,7 +71,8 @@ SLOW_START_SECONDS: Final = 15.0
 FLAVOR_TTL: Final = 30.0
 # A ResourceClaimTemplate read for a job serves its later reconciles (and its
 # namespace's other jobs) this long; a missing one is asked for again each time.
-CLAIM_TEMPLATE_TTL: Final = 30.0
+# Read only while the job may create pods: one GET per template per interval.
+CLAIM_TEMPLATE_TTL: Final = 10.0
 # A Workload status write that conflicted with Kueue's is tried again after this.
 WORKLOAD_RETRY: Final = 0.5
 _KNOWN_STATUS_KEYS: Final = frozenset(
@@ -307,11 +308,14 @@ class Executor:
 
     async def _worker_claims(self, key: Key, body: Obj) -> claims.WorkerClaims | None:
         """The GPUs the worker's DRA claims add up to, for a job that may still create
-        pods (None: it names no ResourceClaimTemplate). Templates are read by name,
-        never listed, at most every CLAIM_TEMPLATE_TTL seconds each."""
-        if (body.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        pods (None: it names no ResourceClaimTemplate, or creates no pod: finished, or
+        Running at a fixed size). Templates are read by name, never listed, at most
+        every CLAIM_TEMPLATE_TTL seconds each."""
+        spec = body.get("spec") or {}
+        phase = (body.get("status") or {}).get("phase")
+        if phase in TERMINAL_PHASES or (phase == "Running" and not spec.get("elastic")):
             return None
-        template = ((body.get("spec") or {}).get("worker") or {}).get("template")
+        template = (spec.get("worker") or {}).get("template")
         refs = claims.template_refs(template if isinstance(template, dict) else None)
         if not refs:
             return None
@@ -608,6 +612,18 @@ class Executor:
                 self._refuse(memory, obj, error.status, error.message, generation)
                 return False
             raise
+        if _claims_dropped(obj, created):
+            # Pods would then each make their own claim from the template: not what
+            # the job asked for. A permanent refusal fails it, naming the gate.
+            message = (
+                f"the API server dropped spec.resourceClaims from PodGroup {name}: the "
+                "cluster does not share DRA claims through a gang (Kubernetes 1.37's "
+                "DRAWorkloadResourceClaims feature gate is off on kube-apiserver). Fix: "
+                "enable it on kube-apiserver, kube-controller-manager and kube-scheduler, or "
+                "remove spec.scheduling.gang.resourceClaims"
+            )
+            self._refuse(memory, obj, 422, message, generation)
+            return False
         memory.refused.pop(name, None)
         if kind in ("Pod", "Job", "PodGroup", "Workload"):
             # Not in the watch yet (a PodGroup never is: it is not watched); for
@@ -691,6 +707,14 @@ class Executor:
         )
         metrics.API_REFUSALS.labels(kind=obj["kind"], code=str(code)).inc()
         logger.warning("refused: %s %s (%s): %s", obj["kind"], name, code, message)
+
+
+def _claims_dropped(sent: Obj, created: Obj | None) -> bool:
+    """Whether the server stored a PodGroup without the resourceClaims it was sent (a
+    field behind a feature gate that is off is dropped, not refused)."""
+    if sent["kind"] != "PodGroup" or not (sent.get("spec") or {}).get("resourceClaims"):
+        return False
+    return created is not None and not (created.get("spec") or {}).get("resourceClaims")
 
 
 def refused(status: int) -> bool:

@@ -86,11 +86,16 @@ def problems(
                 "with backoff)",
             )
         )
-    if job.spec.scheduling.gang.policy == "Native" and seen.gang_api is False:
+    if job.spec.scheduling.gang.needs_native() and seen.gang_api is False:
+        why = (
+            "spec.scheduling.gang.policy is Native"
+            if job.spec.scheduling.gang.policy == "Native"
+            else "spec.scheduling.gang.resourceClaims are shared through the native gang"
+        )
         problems.append(
             (
                 REASON_GANG_UNAVAILABLE,
-                "spec.scheduling.gang.policy is Native, but the cluster does not serve "
+                f"{why}, but the cluster does not serve "
                 "scheduling.k8s.io/v1beta1 PodGroup; no worker is created without its gang. "
                 "Fix: enable the GenericWorkload feature gate on kube-apiserver (with "
                 "--runtime-config=scheduling.k8s.io/v1beta1=true), kube-controller-manager "

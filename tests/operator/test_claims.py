@@ -10,6 +10,7 @@ import pytest
 from horovod_operator import claims
 from horovod_operator.claims import TemplateRef, WorkerClaims
 from horovod_operator.decide import decide
+from horovod_operator.executor import _claims_dropped
 
 from .test_decide import NO_GANG, body, cond, created, observe, stored
 
@@ -199,3 +200,62 @@ def test_claims_of_no_gpu_class_are_said_once_and_do_not_stop_the_job() -> None:
     assert "HVJOB_GPUS_PER_WORKER" not in env_of(
         next(o for o in plan.creates if o["kind"] == "Pod")
     )
+
+
+# --- claims the gang shares ---------------------------------------------------------------
+
+SHARED = {"name": "domain", "resourceClaimTemplateName": "nvlink-domain"}
+
+
+def gang_claims_job(policy: str = "Auto", **spec: Any) -> dict[str, Any]:
+    return body(scheduling={"gang": {"policy": policy, "resourceClaims": [SHARED]}}, **spec)
+
+
+def test_the_gangs_claims_go_on_its_pod_group_and_every_worker() -> None:
+    plan = decide(observe(gang_claims_job(), with_infra=False, gang_api=True))
+    (group,) = [o for o in plan.creates if o["kind"] == "PodGroup"]
+    assert group["spec"]["resourceClaims"] == [SHARED]
+    pods = [o for o in plan.creates if o["kind"] == "Pod"]
+    assert len(pods) == 2
+    for pod in pods:
+        # Matched exactly: the pod uses the group's claim instead of making its own.
+        assert pod["spec"]["resourceClaims"] == [SHARED]
+        worker = next(c for c in pod["spec"]["containers"] if c["name"] == "worker")
+        assert worker["resources"]["claims"] == [{"name": "domain"}]
+
+
+def test_shared_claims_wait_for_the_native_gang_instead_of_one_claim_per_pod() -> None:
+    plan = decide(observe(gang_claims_job(), with_infra=False, gang_api=False))
+    assert not [c for c in created(plan) if c.startswith(("Pod/", "PodGroup/"))]
+    status, reason, message = cond(plan, "Stalled")
+    assert (status, reason) == ("True", "GangSchedulingUnavailable")
+    assert "resourceClaims are shared through the native gang" in message
+    assert not [e for e in plan.events if e.reason == "NoGangScheduler"]
+
+
+@pytest.mark.parametrize(
+    ("gang", "worker", "words"),
+    [
+        ({"policy": "Volcano", "resourceClaims": [SHARED]}, {}, "only the native gang"),
+        (
+            {"resourceClaims": [SHARED]},
+            {"template": claim_template(("domain", "other"))},
+            "'domain' is used twice",
+        ),
+        ({"resourceClaims": [{"name": "domain"}]}, {}, "exactly one of"),
+    ],
+)
+def test_shared_claims_that_cannot_work_are_invalid(
+    gang: dict[str, Any], worker: dict[str, Any], words: str
+) -> None:
+    plan = decide(observe(body(scheduling={"gang": gang}, worker=worker), with_infra=False))
+    status, reason, message = cond(plan, "Failed")
+    assert (status, reason) == ("True", "InvalidSpec")
+    assert words in message
+
+
+def test_a_pod_group_stored_without_its_claims_is_noticed() -> None:
+    sent = {"kind": "PodGroup", "spec": {"resourceClaims": [SHARED]}}
+    assert _claims_dropped(sent, {"kind": "PodGroup", "spec": {}})
+    assert not _claims_dropped(sent, sent)
+    assert not _claims_dropped({"kind": "PodGroup", "spec": {}}, {"kind": "PodGroup", "spec": {}})

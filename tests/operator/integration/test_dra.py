@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from localcluster.paths import REPO
+from tests.operator.integration.conftest import POOL_LABEL
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hvjob
 
@@ -175,12 +176,12 @@ def test_more_ranks_than_claimed_gpus_waits_and_names_the_fix(
     assert "slotsPerWorker: 4 is more than the 2 GPU(s) per worker" in stalled["message"]
     jobs.op.stays(lambda: jobs.pods("greedy") == [], 2.0, "no worker created")
     # Fixed in the template (its spec cannot change: replaced): it starts, within
-    # the template's read interval (30 s) and the retry (10 s).
+    # the template's read interval and the retry (10 s each).
     cluster.kubectl("delete", "resourceclaimtemplate", "two-gpus", "-n", namespace)
     cluster.kubectl(
         "apply", "-n", namespace, "-f", "-", input=json.dumps(_claim_template("two-gpus", 4))
     )
-    jobs.wait_running("greedy", timeout=90)
+    jobs.wait_running("greedy", timeout=60)
     assert {_env(p)["HVJOB_GPUS_PER_WORKER"] for p in jobs.pods("greedy")} == {"4"}
 
 
@@ -203,3 +204,92 @@ def test_the_dra_example_runs_where_gpus_are_published(
     jobs.wait_running(name, timeout=60)
     assert {_env(p)["HVJOB_GPUS_PER_WORKER"] for p in jobs.pods(name)} == {"1"}
     assert {p["spec"]["nodeName"] for p in jobs.pods(name)} <= set(pool["nodes"])
+
+
+DOMAIN = "domain.example.com"  # a device every node of the pool reaches: no GPU
+
+
+def test_a_gang_shares_one_claim_across_its_workers(
+    jobs: Jobs,
+    cluster: KubeCluster,
+    namespace: str,
+    pool: dict[str, Any],
+    gpu_slices: list[str],
+) -> None:
+    # One device reachable from both of the pool's nodes (as an NVLink domain is),
+    # which only a claim shared by the whole gang can give every worker.
+    domain_slice = f"{namespace[:40]}-domain"
+    _apply(
+        cluster,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DOMAIN},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DOMAIN}"'}}]},
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": domain_slice},
+            "spec": {
+                "driver": DOMAIN,
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": POOL_LABEL, "operator": "In", "values": [namespace]}
+                            ]
+                        }
+                    ]
+                },
+                "pool": {"name": domain_slice, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "channel-0"}],
+            },
+        },
+    )
+    try:
+        domain_template = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "domain"},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "channel", "exactly": {"deviceClassName": DOMAIN}}]
+                    }
+                }
+            },
+        }
+        for template in (_claim_template("four-gpus", 4), domain_template):
+            cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(template))
+        shared = {"name": "domain", "resourceClaimTemplateName": "domain"}
+        jobs.apply(
+            _dra_job(
+                "nvlink",
+                pool["template"],
+                "four-gpus",
+                slotsPerWorker=4,
+                scheduling={"gang": {"resourceClaims": [shared]}},
+            )
+        )
+        jobs.wait_running("nvlink", timeout=60)
+        group = cluster.get("podgroup", "nvlink-gang-0-2", namespace)
+        assert group["spec"]["resourceClaims"] == [shared]
+        (made,) = group["status"]["resourceClaimStatuses"]
+        claim = cluster.get("resourceclaim", made["resourceClaimName"], namespace)
+        (device,) = claim["status"]["allocation"]["devices"]["results"]
+        assert device["device"] == "channel-0"
+        pods = jobs.pods("nvlink")
+        assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(pool["nodes"])
+        for pod in pods:
+            used = {
+                s["name"]: s.get("resourceClaimName")
+                for s in pod["status"]["resourceClaimStatuses"]
+            }
+            # Its own four GPUs, and the gang's one channel.
+            assert used["domain"] == made["resourceClaimName"], pod["status"]
+            assert used["gpus"] != made["resourceClaimName"]
+        # Three claims in all: one per worker and one for the gang.
+        assert len(cluster.get("resourceclaims", namespace=namespace)["items"]) == 3
+    finally:
+        cluster.kubectl("delete", "resourceslice", domain_slice, "--wait=false", check=False)
