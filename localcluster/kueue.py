@@ -53,7 +53,14 @@ HOROVOD_FRAMEWORK: Final = "HorovodJob.v1alpha1.horovod.ai"
 WEBHOOK_NAME_PREFIX: Final = "kueue-"
 METRICS_CERT_DIR: Final = Path("/etc/kueue/metrics/certs")
 # The visibility server wants certificates under /visibility and an APIService.
-FEATURE_GATES: Final = "VisibilityOnDemand=false"
+GROUP_VERSION: Final = "kueue.x-k8s.io/v1beta2"
+# DynamicResourceAllocation (alpha, off by default in v0.17): Kueue counts the devices
+# of a Workload's ResourceClaimTemplates against quota, under the logical resource
+# names of DRA_RESOURCES (docs/dra.md).
+FEATURE_GATES: Final = "VisibilityOnDemand=false,DynamicResourceAllocation=true"
+# The quota name of the GPUs of DeviceClass gpu.nvidia.com (resources.deviceClassMappings).
+DRA_GPU_RESOURCE: Final = "dra.horovod.ai/gpu"
+DRA_RESOURCES: Final = [{"name": DRA_GPU_RESOURCE, "deviceClassNames": ["gpu.nvidia.com"]}]
 # The namespaces Kueue's kustomization keeps its pod, Deployment and StatefulSet
 # webhooks out of (config/components/webhook/kustomization.yaml).
 _SYSTEM_NAMESPACES_SELECTOR: Final = {
@@ -116,6 +123,7 @@ def configuration(
     integrations["externalFrameworks"] = [HOROVOD_FRAMEWORK]
     if wait_for_pods_ready is not None:
         config["waitForPodsReady"] = wait_for_pods_ready
+    config.setdefault("resources", {})["deviceClassMappings"] = DRA_RESOURCES
     return config
 
 
@@ -206,6 +214,17 @@ class KueueProcess:
             *(f"crd/{n}" for n in names),
             f"--timeout={int(timeout)}s",
             timeout=timeout + 10,
+        )
+        # Established is not yet served: a loaded API server answered discovery of
+        # the group with 503 for a moment, and Kueue exits on that at start.
+        wait_for(
+            lambda: (
+                self.kubectl("get", "--raw", f"/apis/{GROUP_VERSION}", check=False).returncode == 0
+            ),
+            timeout,
+            interval=0.5,
+            message=f"{GROUP_VERSION} served",
+            error=KueueError,
         )
 
     def _terminating_crds(self, names: list[str]) -> list[str]:

@@ -40,15 +40,25 @@ def kueue_process(
         process.uninstall_crds()
 
 
+def pool_nodes(namespace: str) -> list[str]:
+    """The two kwok nodes of the test's flavor (gpu_queue)."""
+    return [f"{namespace[:40]}-{i}" for i in range(2)]
+
+
 @contextmanager
 def gpu_queue(
-    cluster: KubeCluster, namespace: str, gpus: int = 8, admission_checks: Sequence[str] = ()
+    cluster: KubeCluster,
+    namespace: str,
+    gpus: int = 8,
+    admission_checks: Sequence[str] = (),
+    resource: str = "nvidia.com/gpu",
 ) -> Iterator[str]:
     """A LocalQueue `gpus` in the test's namespace, of a ClusterQueue with `gpus` GPUs
     of one ResourceFlavor whose nodes are two tainted kwok nodes of 8 GPUs that only
     this test's flavor leads to (16 GPUs there: the quota, not the nodes, limits);
     every Workload of it waits for `admission_checks`."""
     nodes = cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:40]}-")
+    assert nodes == pool_nodes(namespace)
     flavor = cluster_queue = namespace
     try:
         for node in nodes:
@@ -61,7 +71,7 @@ def gpu_queue(
             "value": namespace,
             "effect": "NoSchedule",
         }
-        quota = {"name": "nvidia.com/gpu", "nominalQuota": gpus}
+        quota = {"name": resource, "nominalQuota": gpus}
         for obj in (
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -89,7 +99,7 @@ def gpu_queue(
                     ),
                     "resourceGroups": [
                         {
-                            "coveredResources": ["nvidia.com/gpu"],
+                            "coveredResources": [resource],
                             "flavors": [{"name": flavor, "resources": [quota]}],
                         }
                     ],

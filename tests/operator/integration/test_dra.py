@@ -14,91 +14,23 @@ import yaml
 
 from localcluster.paths import REPO
 from tests.operator.integration.conftest import POOL_LABEL
+from tests.support import dra
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hvjob
-
-DRIVER = "gpu.nvidia.com"  # also the DeviceClass: one the operator counts by default
-DEVICES_PER_NODE = 4
-
-
-def _apply(cluster: KubeCluster, *docs: dict[str, Any]) -> None:
-    cluster.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
 
 
 @pytest.fixture
 def gpu_slices(cluster: KubeCluster, pool: dict[str, Any]) -> Iterator[list[str]]:
-    """The DeviceClass, and a ResourceSlice of four GPUs for each of the pool's nodes
-    (owned by the node, as a DRA driver's kubelet plugin publishes them)."""
-    _apply(
-        cluster,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": DRIVER},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
-    )
-    slices = []
-    for node in pool["nodes"]:
-        uid = cluster.get("node", node)["metadata"]["uid"]
-        slices.append(f"{node}-gpus")
-        _apply(
-            cluster,
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {
-                    "name": f"{node}-gpus",
-                    "ownerReferences": [
-                        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
-                    ],
-                },
-                "spec": {
-                    "driver": DRIVER,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": [
-                        {"name": f"gpu-{i}", "attributes": {"index": {"int": i}}}
-                        for i in range(DEVICES_PER_NODE)
-                    ],
-                },
-            },
-        )
-    try:
+    with dra.gpu_slices(cluster, pool["nodes"]) as slices:
         yield slices
-    finally:
-        cluster.kubectl("delete", "resourceslice", *slices, "--wait=false", check=False)
 
 
 def _claim_template(name: str, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {"name": "gpus", "exactly": {"deviceClassName": DRIVER, "count": gpus}}
-                    ]
-                }
-            }
-        },
-    }
+    return dra.claim_template(name, gpus)
 
 
 def _dra_job(name: str, pool_template: dict[str, Any], claim_template: str, **spec: Any) -> Any:
-    manifest = hvjob(name, replicas=2, **spec)
-    del manifest["spec"]["worker"]["resources"]  # the GPUs come from the claims only
-    template = json.loads(json.dumps(pool_template))
-    template["spec"]["resourceClaims"] = [
-        {"name": "gpus", "resourceClaimTemplateName": claim_template}
-    ]
-    template["spec"]["containers"] = [
-        {"name": "worker", "resources": {"claims": [{"name": "gpus"}]}}
-    ]
-    manifest["spec"]["worker"]["template"] = template
-    return manifest
+    return dra.with_claim(hvjob(name, replicas=2, **spec), claim_template, pool_template)
 
 
 def _env(pod: dict[str, Any]) -> dict[str, str]:
@@ -123,6 +55,12 @@ def test_two_jobs_competing_for_eight_claimed_gpus_run_one_after_the_other(
     jobs.op.wait(
         lambda: "ClaimTemplateNotFound" in [r for r, _ in jobs.warnings("first")], 10, "a Warning"
     )
+    # A restart (a failover's new leader is a new process too) keeps it as it was,
+    # without a second Warning: the operator keeps nothing of it but the status.
+    jobs.op.stop()
+    jobs.op.start()
+    jobs.op.stays(lambda: jobs.condition("first", "Stalled") == stalled, 12.0, "Stalled unchanged")
+    assert [r for r, _ in jobs.warnings("first")].count("ClaimTemplateNotFound") == 1
 
     # Once it exists, the workers are created with the GPUs counted from it.
     cluster.kubectl(
@@ -139,7 +77,7 @@ def test_two_jobs_competing_for_eight_claimed_gpus_run_one_after_the_other(
     allocated = [c for c in claims if (c.get("status") or {}).get("allocation")]
     assert len(allocated) == 2, claims
     for claim in allocated:
-        assert len(claim["status"]["allocation"]["devices"]["results"]) == DEVICES_PER_NODE
+        assert len(claim["status"]["allocation"]["devices"]["results"]) == dra.DEVICES_PER_NODE
 
     # A second job of the same size finds no free device and says what the
     # scheduler says.
@@ -219,14 +157,9 @@ def test_a_gang_shares_one_claim_across_its_workers(
     # One device reachable from both of the pool's nodes (as an NVLink domain is),
     # which only a claim shared by the whole gang can give every worker.
     domain_slice = f"{namespace[:40]}-domain"
-    _apply(
+    dra.apply(
         cluster,
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": DOMAIN},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DOMAIN}"'}}]},
-        },
+        dra.device_class(DOMAIN),
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceSlice",
@@ -248,18 +181,7 @@ def test_a_gang_shares_one_claim_across_its_workers(
         },
     )
     try:
-        domain_template = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": "domain"},
-            "spec": {
-                "spec": {
-                    "devices": {
-                        "requests": [{"name": "channel", "exactly": {"deviceClassName": DOMAIN}}]
-                    }
-                }
-            },
-        }
+        domain_template = dra.claim_template("domain", 1, DOMAIN)
         for template in (_claim_template("four-gpus", 4), domain_template):
             cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(template))
         shared = {"name": "domain", "resourceClaimTemplateName": "domain"}

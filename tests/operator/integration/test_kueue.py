@@ -14,18 +14,20 @@ from typing import Any
 import pytest
 
 from horovod_operator.kube import Kube
-from localcluster.kueue import KueueProcess
+from localcluster.kueue import DRA_GPU_RESOURCE, KueueProcess
+from tests.support import dra
 from tests.support.cluster import KubeCluster
 from tests.support.kueue import (
     POOL_LABEL,
     WORKLOADS,
     gpu_queue,
     kueue_process,
+    pool_nodes,
     queued_job,
     workload_of,
     workload_true,
 )
-from tests.support.operator import Jobs
+from tests.support.operator import Jobs, hvjob
 
 
 @pytest.fixture(scope="module")
@@ -262,3 +264,44 @@ def test_an_admission_checks_pod_set_updates_reach_the_admitted_pods(
             ), "the update named the worker pod set only"
     finally:
         cluster.kubectl("delete", "admissioncheck", check, "--wait=false", check=False)
+
+
+def test_gpus_claimed_through_dra_count_against_the_queues_quota(
+    kueue: KueueProcess, jobs: Jobs, cluster: KubeCluster, namespace: str
+) -> None:
+    """Kueue's own DRA support (its DynamicResourceAllocation gate and a
+    deviceClassMappings entry, localcluster/kueue.py) counts the devices of the
+    Workload's ResourceClaimTemplates: 8 claimed GPUs of quota, two jobs of 2 x 4."""
+    with (
+        gpu_queue(cluster, namespace, resource=DRA_GPU_RESOURCE) as queue,
+        dra.gpu_slices(cluster, pool_nodes(namespace)),
+    ):
+        dra.apply(cluster, dra.claim_template("four-gpus", 4), namespace=namespace)
+        manifest = hvjob("first", replicas=2, slotsPerWorker=4, scheduling={"queue": queue})
+        jobs.apply(dra.with_claim(manifest, "four-gpus", {"spec": {}}))
+        jobs.wait_running("first", timeout=90)
+        _on_pool(jobs, "first", namespace)
+        admission = workload_of(cluster, namespace, "first")["status"]["admission"]
+        (worker,) = [a for a in admission["podSetAssignments"] if a["name"] == "worker"]
+        assert worker["resourceUsage"][DRA_GPU_RESOURCE] == "8", worker
+
+        manifest = hvjob("second", replicas=2, slotsPerWorker=4, scheduling={"queue": queue})
+        jobs.apply(dra.with_claim(manifest, "four-gpus", {"spec": {}}))
+        jobs.op.wait(
+            lambda: DRA_GPU_RESOURCE in jobs.status("second").get("message", ""),
+            60,
+            "the second job queued for the claimed GPUs' quota",
+        )
+        assert jobs.status("second")["reason"] == "QueuedByKueue"
+        assert jobs.pods("second") == []
+
+        cluster.set_pod_phase(namespace, jobs.wait_running("first"), "Succeeded")
+        jobs.wait_phase("first", "Succeeded")
+        jobs.wait_running("second", timeout=120)
+        pods = jobs.pods("second")
+        assert {_env_of(p)["HVJOB_GPUS_PER_WORKER"] for p in pods} == {"4"}
+
+
+def _env_of(pod: dict[str, Any]) -> dict[str, str]:
+    container = next(c for c in pod["spec"]["containers"] if c["name"] == "worker")
+    return {e["name"]: e.get("value", "") for e in container.get("env") or []}
