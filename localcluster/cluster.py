@@ -52,8 +52,12 @@ KWOK_NODE_LABEL = "horovod.ai/node-kind"
 # PodGroup, beta and off by default in 1.37. The operator detects the API; this
 # cluster serves it so that the gang path is tested against the real scheduler.
 # DRAWorkloadResourceClaims (beta, off by default in 1.37): a PodGroup's DRA claims
-# shared by its pods (docs/dra.md).
-FEATURE_GATES = "--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true"
+# shared by its pods (docs/dra.md). TopologyAwareWorkloadScheduling (alpha): a
+# PodGroup placed in one topology domain (spec.scheduling.topology).
+FEATURE_GATES = (
+    "--feature-gates=GenericWorkload=true,DRAWorkloadResourceClaims=true,"
+    "TopologyAwareWorkloadScheduling=true"
+)
 
 
 class ClusterError(RuntimeError):

@@ -437,8 +437,33 @@ class GangScheduling(_Model):
         return self.policy == "Native" or (self.policy == "Auto" and bool(self.resource_claims))
 
 
+class Topology(_Model):
+    """Keep the workers in one topology domain (a rack, an NVLink block): Horovod's
+    ring allreduce slows down when neighbouring ranks cross domains."""
+
+    key: str = Field(
+        max_length=317,
+        pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+        description="The node label whose value names the domain, e.g. "
+        "topology.kubernetes.io/rack.",
+    )
+    mode: Literal["Required", "Preferred"] = Field(
+        default="Required",
+        description="Required: every worker in one domain, or the job waits (with the native "
+        "gang the scheduler picks a domain where the whole gang fits: the PodGroup's "
+        "topology constraint, Kubernetes 1.37's TopologyAwareWorkloadScheduling gate; "
+        "otherwise a required pod affinity to the attempt's other workers). Preferred: "
+        "as few domains as the free capacity allows (a preferred pod affinity).",
+    )
+
+
 class Scheduling(_Model):
     """Scheduling hints copied onto every pod, and gang scheduling."""
+
+    topology: Topology | None = Field(
+        default=None,
+        description="Place the workers in one topology domain (docs/gang-scheduling.md).",
+    )
 
     gang: GangScheduling = Field(
         default_factory=GangScheduling, description="Gang (all-or-nothing) scheduling."

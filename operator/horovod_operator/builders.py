@@ -551,6 +551,10 @@ def new_pod_group(job: HorovodJob, attempt: int, admission: Admission | None = N
         # Volcano's or coscheduling's group (podgroups.py), sized by what a worker requests.
         worker = new_worker_pod(job, 0, attempt, admission=admission)
         return podgroups.new_pod_group(job, metadata, worker)
+    topology = job.spec.scheduling.topology
+    if topology is not None and topology.mode == "Required":
+        # The scheduler picks one domain where the whole group fits.
+        spec["schedulingConstraints"] = {"topology": [{"key": topology.key}]}
     if job.spec.scheduling.gang.resource_claims:
         # Made (from templates) and reserved for the group, deleted with it.
         spec["resourceClaims"] = [c.reference() for c in job.spec.scheduling.gang.shared_claims()]
@@ -640,12 +644,35 @@ def new_worker_pod(
         _add_port(container, "ssh", port)
         if "readinessProbe" not in container and "startupProbe" not in container:
             container.update(sshd_probe(port) if ours else image_sshd_probe(port))
+    native_gang = gang and podgroups.of(job) is None
+    _add_topology_affinity(job, attempt, pod_spec, native_gang)
     metadata = _metadata(job, names.worker_name(name, index), template_meta["labels"])
     if "annotations" in template_meta:
         metadata["annotations"] = template_meta["annotations"]
     if gang:
         podgroups.join(job, attempt, metadata, pod_spec)  # Volcano's or coscheduling's group
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _add_topology_affinity(job: HorovodJob, attempt: int, pod_spec: Obj, native_gang: bool) -> None:
+    """spec.scheduling.topology as a pod affinity to the attempt's other workers, where
+    the native gang's PodGroup does not carry it (Required there): required keeps a
+    worker out of every domain but the first worker's (which matches its own term,
+    so it goes anywhere), preferred only weighs the scheduler's choice."""
+    topology = job.spec.scheduling.topology
+    if topology is None or (native_gang and topology.mode == "Required"):
+        return
+    name = job.metadata.name
+    selector = {**names.role_labels(name, names.ROLE_WORKER), names.LABEL_ATTEMPT: str(attempt)}
+    term = {"labelSelector": {"matchLabels": selector}, "topologyKey": topology.key}
+    affinity = pod_spec.setdefault("affinity", {}).setdefault("podAffinity", {})
+    if topology.mode == "Required":
+        key = "requiredDuringSchedulingIgnoredDuringExecution"
+        affinity[key] = [*(affinity.get(key) or []), term]
+    else:
+        key = "preferredDuringSchedulingIgnoredDuringExecution"
+        weighted = {"weight": 100, "podAffinityTerm": term}
+        affinity[key] = [*(affinity.get(key) or []), weighted]
 
 
 def sshd_probe(port: int) -> Obj:

@@ -612,15 +612,15 @@ class Executor:
                 self._refuse(memory, obj, error.status, error.message, generation)
                 return False
             raise
-        if _claims_dropped(obj, created):
-            # Pods would then each make their own claim from the template: not what
-            # the job asked for. A permanent refusal fails it, naming the gate.
+        dropped = _dropped_fields(obj, created)
+        if dropped:
+            # Pods would then each make their own claim from the template, or land in
+            # any domain: not what the job asked for. A permanent refusal fails it.
+            field, gate, remove = dropped[0]
             message = (
-                f"the API server dropped spec.resourceClaims from PodGroup {name}: the "
-                "cluster does not share DRA claims through a gang (Kubernetes 1.37's "
-                "DRAWorkloadResourceClaims feature gate is off on kube-apiserver). Fix: "
-                "enable it on kube-apiserver, kube-controller-manager and kube-scheduler, or "
-                "remove spec.scheduling.gang.resourceClaims"
+                f"the API server dropped spec.{field} from PodGroup {name}: Kubernetes "
+                f"1.37's {gate} feature gate is off on kube-apiserver. Fix: enable it on "
+                f"kube-apiserver, kube-controller-manager and kube-scheduler, or remove {remove}"
             )
             self._refuse(memory, obj, 422, message, generation)
             return False
@@ -709,12 +709,24 @@ class Executor:
         logger.warning("refused: %s %s (%s): %s", obj["kind"], name, code, message)
 
 
-def _claims_dropped(sent: Obj, created: Obj | None) -> bool:
-    """Whether the server stored a PodGroup without the resourceClaims it was sent (a
-    field behind a feature gate that is off is dropped, not refused)."""
-    if sent["kind"] != "PodGroup" or not (sent.get("spec") or {}).get("resourceClaims"):
-        return False
-    return created is not None and not (created.get("spec") or {}).get("resourceClaims")
+# Fields of the native PodGroup behind a feature gate: a server with the gate off
+# drops them without an error. (field, gate, what the job would remove instead)
+_GATED_POD_GROUP_FIELDS: Final = (
+    ("resourceClaims", "DRAWorkloadResourceClaims", "spec.scheduling.gang.resourceClaims"),
+    (
+        "schedulingConstraints",
+        "TopologyAwareWorkloadScheduling",
+        "spec.scheduling.topology (or make it Preferred)",
+    ),
+)
+
+
+def _dropped_fields(sent: Obj, created: Obj | None) -> list[tuple[str, str, str]]:
+    """The gated fields of a PodGroup the server stored without."""
+    if sent["kind"] != "PodGroup" or created is None:
+        return []
+    sent_spec, stored = sent.get("spec") or {}, created.get("spec") or {}
+    return [f for f in _GATED_POD_GROUP_FIELDS if sent_spec.get(f[0]) and not stored.get(f[0])]
 
 
 def refused(status: int) -> bool:

@@ -149,10 +149,19 @@ def problems(
     )
     workers = [] if enough else _current(children.workers, status)
     stuck = []
-    for pod in [*workers, *children.launcher_pods]:
+    topology = job.spec.scheduling.topology
+    confined = topology.key if topology is not None and topology.mode == "Required" else None
+    for i, pod in enumerate([*workers, *children.launcher_pods]):
         found = _pending_problem(pod, seen)
         if found is not None:
-            stuck.append((found[0], f"pod {name_of(pod)}: {found[1]}"))
+            why = found[1]
+            if found[0] == "Unschedulable" and confined is not None and i < len(workers):
+                # The scheduler speaks of the domain it tried, not of the constraint.
+                why += (
+                    f" [spec.scheduling.topology: every worker in one {confined} domain, "
+                    "and none has room for all of them]"
+                )
+            stuck.append((found[0], f"pod {name_of(pod)}: {why}"))
     # In a gang, one pod says what is short ("Insufficient nvidia.com/gpu") and the
     # others only that the group is incomplete: name the shortage first.
     stuck.sort(key=lambda problem: _GANG_ONLY in problem[1])

@@ -10,7 +10,7 @@ import pytest
 from horovod_operator import claims
 from horovod_operator.claims import TemplateRef, WorkerClaims
 from horovod_operator.decide import decide
-from horovod_operator.executor import _claims_dropped
+from horovod_operator.executor import _dropped_fields
 
 from .test_decide import NO_GANG, body, cond, created, observe, stored
 
@@ -256,6 +256,10 @@ def test_shared_claims_that_cannot_work_are_invalid(
 
 def test_a_pod_group_stored_without_its_claims_is_noticed() -> None:
     sent = {"kind": "PodGroup", "spec": {"resourceClaims": [SHARED]}}
-    assert _claims_dropped(sent, {"kind": "PodGroup", "spec": {}})
-    assert not _claims_dropped(sent, sent)
-    assert not _claims_dropped({"kind": "PodGroup", "spec": {}}, {"kind": "PodGroup", "spec": {}})
+    (dropped,) = _dropped_fields(sent, {"kind": "PodGroup", "spec": {}})
+    assert dropped[:2] == ("resourceClaims", "DRAWorkloadResourceClaims")
+    assert _dropped_fields(sent, sent) == []
+    topology = {"kind": "PodGroup", "spec": {"schedulingConstraints": {"topology": [{"key": "r"}]}}}
+    (dropped,) = _dropped_fields(topology, {"kind": "PodGroup", "spec": {}})
+    assert dropped[:2] == ("schedulingConstraints", "TopologyAwareWorkloadScheduling")
+    assert _dropped_fields({"kind": "PodGroup", "spec": {}}, {"kind": "PodGroup", "spec": {}}) == []
