@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -12,14 +13,20 @@ from tests.support.cluster import KubeCluster
 POOL_LABEL = "horovod.ai/test-pool"
 
 
-@pytest.fixture
-def pool(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, Any]]:
-    """Two kwok nodes of 8 GPUs that only this test's pods tolerate; their names
-    and the worker template that lands there."""
-    nodes = cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:40]}-")
+@contextmanager
+def node_pool(
+    cluster: KubeCluster,
+    namespace: str,
+    count: int = 2,
+    labels: Callable[[int], dict[str, str]] = lambda _: {},
+) -> Iterator[dict[str, Any]]:
+    """`count` kwok nodes of 8 GPUs (with `labels(i)` each) that only this test's pods
+    tolerate; their names and the worker template that lands there."""
+    nodes = cluster.add_kwok_nodes(count, 8, prefix=f"{namespace[:40]}-")
     try:
-        for node in nodes:
-            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}")
+        for i, node in enumerate(nodes):
+            more = [f"{k}={v}" for k, v in labels(i).items()]
+            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}", *more)
             cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
         cluster.wait_nodes_ready()
         template = {
@@ -31,3 +38,10 @@ def pool(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, Any]]:
         yield {"nodes": nodes, "template": template}
     finally:
         cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+
+
+@pytest.fixture
+def pool(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, Any]]:
+    """Two kwok nodes of 8 GPUs that only this test's pods tolerate."""
+    with node_pool(cluster, namespace) as found:
+        yield found

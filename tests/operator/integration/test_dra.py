@@ -25,10 +25,6 @@ def gpu_slices(cluster: KubeCluster, pool: dict[str, Any]) -> Iterator[list[str]
         yield slices
 
 
-def _claim_template(name: str, gpus: int) -> dict[str, Any]:
-    return dra.claim_template(name, gpus)
-
-
 def _dra_job(name: str, pool_template: dict[str, Any], claim_template: str, **spec: Any) -> Any:
     return dra.with_claim(hvjob(name, replicas=2, **spec), claim_template, pool_template)
 
@@ -63,9 +59,7 @@ def test_two_jobs_competing_for_eight_claimed_gpus_run_one_after_the_other(
     assert [r for r, _ in jobs.warnings("first")].count("ClaimTemplateNotFound") == 1
 
     # Once it exists, the workers are created with the GPUs counted from it.
-    cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input=json.dumps(_claim_template("four-gpus", 4))
-    )
+    dra.apply(cluster, dra.claim_template("four-gpus", 4), namespace=namespace)
     jobs.wait_running("first", timeout=60)
     pods = jobs.pods("first")
     assert {_env(p)["HVJOB_GPUS_PER_WORKER"] for p in pods} == {"4"}
@@ -105,9 +99,7 @@ def test_more_ranks_than_claimed_gpus_waits_and_names_the_fix(
     pool: dict[str, Any],
     gpu_slices: list[str],
 ) -> None:
-    cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input=json.dumps(_claim_template("two-gpus", 2))
-    )
+    dra.apply(cluster, dra.claim_template("two-gpus", 2), namespace=namespace)
     jobs.apply(_dra_job("greedy", pool["template"], "two-gpus", slotsPerWorker=4))
     stalled = jobs.op.wait(lambda: jobs.condition("greedy", "Stalled"), 30, "greedy Stalled")
     assert stalled["reason"] == "TooFewGPUs", stalled
@@ -116,9 +108,7 @@ def test_more_ranks_than_claimed_gpus_waits_and_names_the_fix(
     # Fixed in the template (its spec cannot change: replaced): it starts, within
     # the template's read interval and the retry (10 s each).
     cluster.kubectl("delete", "resourceclaimtemplate", "two-gpus", "-n", namespace)
-    cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input=json.dumps(_claim_template("two-gpus", 4))
-    )
+    dra.apply(cluster, dra.claim_template("two-gpus", 4), namespace=namespace)
     jobs.wait_running("greedy", timeout=60)
     assert {_env(p)["HVJOB_GPUS_PER_WORKER"] for p in jobs.pods("greedy")} == {"4"}
 
@@ -135,9 +125,7 @@ def test_the_dra_example_runs_where_gpus_are_published(
     # Only the pool's nodes have devices, and only this test's pods tolerate them.
     job["spec"]["worker"]["template"]["spec"].update(pool["template"]["spec"])
     job["spec"]["image"] = "horovod-worker:0.1.0"
-    cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs)
-    )
+    dra.apply(cluster, *docs, namespace=namespace)
     name = job["metadata"]["name"]
     jobs.wait_running(name, timeout=60)
     assert {_env(p)["HVJOB_GPUS_PER_WORKER"] for p in jobs.pods(name)} == {"1"}
@@ -182,8 +170,7 @@ def test_a_gang_shares_one_claim_across_its_workers(
     )
     try:
         domain_template = dra.claim_template("domain", 1, DOMAIN)
-        for template in (_claim_template("four-gpus", 4), domain_template):
-            cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(template))
+        dra.apply(cluster, dra.claim_template("four-gpus", 4), domain_template, namespace=namespace)
         shared = {"name": "domain", "resourceClaimTemplateName": "domain"}
         jobs.apply(
             _dra_job(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.operator.integration.conftest import POOL_LABEL
+from tests.operator.integration.conftest import node_pool
 from tests.support.cluster import KubeCluster
 from tests.support.operator import Jobs, hvjob
 
@@ -19,22 +19,13 @@ RACK = "topology.kubernetes.io/rack"
 @pytest.fixture
 def racks(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, Any]]:
     """Two racks of two kwok nodes of 8 GPUs, that only this test's pods tolerate."""
-    nodes = cluster.add_kwok_nodes(4, 8, prefix=f"{namespace[:40]}-")
-    rack_of = {node: f"rack-{'ab'[i // 2]}" for i, node in enumerate(nodes)}
-    try:
-        for node, rack in rack_of.items():
-            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}", f"{RACK}={rack}")
-            cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
-        cluster.wait_nodes_ready()
-        template = {
-            "spec": {
-                "nodeSelector": {POOL_LABEL: namespace},
-                "tolerations": [{"key": POOL_LABEL, "operator": "Exists"}],
-            }
-        }
-        yield {"rack_of": rack_of, "template": template}
-    finally:
-        cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+
+    def rack(i: int) -> dict[str, str]:
+        return {RACK: f"rack-{'ab'[i // 2]}"}
+
+    with node_pool(cluster, namespace, 4, rack) as pool:
+        rack_of = {node: rack(i)[RACK] for i, node in enumerate(pool["nodes"])}
+        yield {"rack_of": rack_of, "template": pool["template"]}
 
 
 def _job(name: str, replicas: int, mode: str, template: dict[str, Any]) -> dict[str, Any]:
