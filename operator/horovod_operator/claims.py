@@ -26,6 +26,7 @@ from typing import Any, Final
 from .conditions import (
     REASON_CLAIM_NOT_COUNTABLE,
     REASON_CLAIM_TEMPLATE_NOT_FOUND,
+    REASON_CLAIM_TEMPLATE_UNREADABLE,
     REASON_TOO_FEW_GPUS,
 )
 
@@ -108,6 +109,20 @@ def count(
             )
         total += gpus
     return WorkerClaims(gpus=total, uncounted=() if total else tuple(sorted(others)))
+
+
+def unreadable(ref: TemplateRef, namespace: str, code: int, words: str) -> WorkerClaims:
+    """A template the API server would not give (403: RBAC from a chart older than
+    DRA support; 429, 5xx): named, and asked for again, never a silent retry loop."""
+    return WorkerClaims(
+        problem=(
+            REASON_CLAIM_TEMPLATE_UNREADABLE,
+            f"{_FIELD}[{ref.index}] ({ref.claim}): the API server refused to read "
+            f"ResourceClaimTemplate {ref.template} in namespace {namespace} ({code}): {words}; "
+            "no worker is created until it can be counted. Fix for a 403: grant the operator "
+            "get on resourceclaimtemplates.resource.k8s.io (the chart does)",
+        )
+    )
 
 
 def _gpus_in(

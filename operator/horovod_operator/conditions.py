@@ -82,6 +82,7 @@ REASON_DISCOVERY_PENDING: Final = "APIDiscoveryPending"
 # one whose GPU count is known only after allocation, or fewer GPUs than ranks.
 REASON_CLAIM_TEMPLATE_NOT_FOUND: Final = "ClaimTemplateNotFound"
 REASON_CLAIM_NOT_COUNTABLE: Final = "ClaimNotCountable"
+REASON_CLAIM_TEMPLATE_UNREADABLE: Final = "ClaimTemplateUnreadable"
 REASON_TOO_FEW_GPUS: Final = "TooFewGPUs"
 # A Warning: the claims ask for devices, none of a class counted as GPUs.
 REASON_CLAIMS_WITHOUT_GPUS: Final = "ClaimsWithoutGPUs"

@@ -319,7 +319,14 @@ class Executor:
         refs = claims.template_refs(template if isinstance(template, dict) else None)
         if not refs:
             return None
-        found = {ref.template: await self._claim_template(key[0], ref.template) for ref in refs}
+        found: dict[str, Obj | None] = {}
+        for ref in refs:
+            try:
+                found[ref.template] = await self._claim_template(key[0], ref.template)
+            except KubeError as error:
+                if not refused(error.status):
+                    raise
+                return claims.unreadable(ref, key[0], error.status, error.message)
         return claims.count(refs, found, key[0], self.gpu_device_classes)
 
     async def _claim_template(self, namespace: str, name: str) -> Obj | None:

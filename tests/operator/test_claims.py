@@ -3,6 +3,7 @@ does with the count: the slots check, the ranks' environment, named stops."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from horovod_operator import claims
 from horovod_operator.claims import TemplateRef, WorkerClaims
 from horovod_operator.decide import decide
-from horovod_operator.executor import _dropped_fields
+from horovod_operator.executor import Executor, _dropped_fields
+from horovod_operator.kube import KubeError
 
 from .test_decide import NO_GANG, body, cond, created, observe, stored
 
@@ -263,3 +265,53 @@ def test_a_pod_group_stored_without_its_claims_is_noticed() -> None:
     (dropped,) = _dropped_fields(topology, {"kind": "PodGroup", "spec": {}})
     assert dropped[:2] == ("schedulingConstraints", "TopologyAwareWorkloadScheduling")
     assert _dropped_fields({"kind": "PodGroup", "spec": {}}, {"kind": "PodGroup", "spec": {}}) == []
+
+
+# --- the executor's read of the templates -------------------------------------------------
+
+
+class TemplateServer:
+    """Answers the executor's GETs of ResourceClaimTemplates: `answers` in turn (an
+    object, None for 404, or an error to raise)."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+        self.gets = 0
+
+    async def get(self, kind: str, namespace: str, name: str, api_version: str = "") -> Any:
+        assert kind == "ResourceClaimTemplate"
+        self.gets += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+@pytest.mark.parametrize("code", [403, 429, 503])
+def test_a_refused_template_read_is_named_and_read_again(code: int) -> None:
+    server = TemplateServer(
+        KubeError(code, "Refused", "resourceclaimtemplates is forbidden"),
+        rct(exactly("g", count=2)),
+    )
+    ex = Executor(server)  # type: ignore[arg-type]
+    job = claimed_job()
+    first = asyncio.run(ex._worker_claims(("ns", "j"), job))
+    assert first is not None and first.problem is not None
+    reason, message = first.problem
+    assert reason == "ClaimTemplateUnreadable"
+    assert f"ResourceClaimTemplate two-gpus in namespace ns ({code})" in message
+    assert "resourceclaimtemplates is forbidden" in message
+    # Stalled before any worker, and looked at again.
+    plan = decide(observe(job, with_infra=False, worker_claims=first))
+    assert not [c for c in created(plan) if c.startswith("Pod/")]
+    assert cond(plan, "Stalled")[:2] == ("True", "ClaimTemplateUnreadable")
+    assert plan.requeue_after == 10.0
+    # The next look reads it (a refusal is not cached).
+    assert asyncio.run(ex._worker_claims(("ns", "j"), job)) == WorkerClaims(gpus=2)
+    assert server.gets == 2
+
+
+def test_a_running_job_of_fixed_size_reads_no_template() -> None:
+    ex = Executor(TemplateServer())  # type: ignore[arg-type]
+    running = claimed_job(status={"phase": "Running"})
+    assert asyncio.run(ex._worker_claims(("ns", "j"), running)) is None
