@@ -2,8 +2,11 @@
 """Where a CI run's time went: the phases .ci/run timed, each test tier and the
 slowest tests from pytest's junit file, and the warm-up's steps.
 
-    hack/ci-times.py [--phases .work/ci/phases.tsv] [--junit .work/ci/junit.xml]
+    hack/ci-times.py [--phases .work/ci/phases.tsv] [--junit .work/ci/junit.xml ...]
         [--warm-up .work/warm-up.log] [--slowest 15]
+
+--junit may come more than once (hack/test.sh runs two pytest streams); a file
+that does not exist is left out.
 
 phases.tsv: one `<phase>\t<seconds>` line per phase, in order (.ci/run writes it).
 Standard library only: it runs after any failure, whatever was installed.
@@ -98,12 +101,12 @@ def report(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--phases", type=Path)
-    parser.add_argument("--junit", type=Path)
+    parser.add_argument("--junit", type=Path, action="append", default=[])
     parser.add_argument("--warm-up", type=Path)
     parser.add_argument("--slowest", type=int, default=15)
     args = parser.parse_args(argv)
     phases = read_phases(args.phases) if args.phases and args.phases.exists() else []
-    cases = read_junit(args.junit) if args.junit and args.junit.exists() else []
+    cases = [case for path in args.junit if path.exists() for case in read_junit(path)]
     warm = read_warm_up(args.warm_up) if args.warm_up and args.warm_up.exists() else []
     print(report(phases, cases, warm, args.slowest))
     return 0

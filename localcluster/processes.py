@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import signal
 import socket
 import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -45,3 +49,21 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
+
+
+@contextmanager
+def port_held(port: int) -> Iterator[None]:
+    """Hold a machine-wide lock on a fixed port (one a program serves on, unchangeable,
+    such as mpi-operator's /healthz) while using it: hack/test.sh runs two pytest
+    streams side by side, and two tests that need the same fixed port wait for each
+    other instead of failing on a taken port."""
+    with open(f"/tmp/horovod-operator-port-{port}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another test that uses port {port} ...", file=sys.stderr)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

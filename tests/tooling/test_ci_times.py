@@ -86,3 +86,37 @@ def test_the_warm_up_builds_only_known_tools_and_every_one_the_tests_build() -> 
     assert set(tools) == {t.name for t in gobuild.TOOLS if not t.control_plane} - {"coredns"}
     # The kind node's kubelet first, while the control plane's packages are cached.
     assert tools[0] == "kubernetes-node"
+
+
+def test_two_junit_files_are_one_report_and_a_missing_one_is_left_out(tmp_path: Path) -> None:
+    (tmp_path / "a.xml").write_text(JUNIT)
+    (tmp_path / "b.xml").write_text(JUNIT.replace("test_a", "test_f"))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--junit", str(tmp_path / "a.xml"),
+         "--junit", str(tmp_path / "b.xml"), "--junit", str(tmp_path / "missing.xml")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert re.search(r"unit\s+2 tests", proc.stdout), proc.stdout
+    assert re.search(r"integration\s+2 tests\s+240 s", proc.stdout), proc.stdout
+
+
+def test_the_two_test_streams_split_the_suite_by_one_marker() -> None:
+    """hack/test.sh runs `-m stream_b` beside `-m "not stream_b"`: every test in one."""
+    script = (REPO / "hack" / "test.sh").read_text()
+    assert re.findall(r" -m (\S+)", script) == ["stream_b", '"not']
+    assert ' -m "not stream_b" ' in script
+
+
+def test_stream_b_takes_e2e_docker_and_named_training_modules() -> None:
+    from tests.conftest import TRAINING_IN_STREAM_B, in_stream_b
+
+    assert in_stream_b(("e2e", "test_gloo.py"), docker=False)
+    assert in_stream_b(("operator", "integration", "test_operator_image.py"), docker=True)
+    assert not in_stream_b(("operator", "integration", "test_kueue.py"), docker=False)
+    assert not in_stream_b(("operator", "test_decide.py"), docker=False)
+    training = REPO / "tests" / "worker" / "training"
+    modules = {p.name for p in training.glob("test_*.py")}
+    assert modules > TRAINING_IN_STREAM_B, TRAINING_IN_STREAM_B - modules  # no stale name
+    for name in modules:
+        expected = name in TRAINING_IN_STREAM_B
+        assert in_stream_b(("worker", "training", name), docker=False) is expected

@@ -21,54 +21,57 @@ import pytest
 
 from bench import procs
 from localcluster.paths import REPO
-from localcluster.processes import port_free
+from localcluster.processes import port_free, port_held
 from tests.support.prerequisites import available
 
 
 @pytest.mark.timeout(1800)  # a first run builds mpi-operator (minutes on 2 cores)
 def test_bench_quick(tmp_path: Path) -> None:
-    operators = ["ours"]
-    go = available(shutil.which("go") is not None, "go, to build the peers")
-    if go and available(
-        port_free(procs.MPI_HEALTH_PORT, "0.0.0.0"),
-        f"port {procs.MPI_HEALTH_PORT} free: mpi-operator serves /healthz there (fixed)",
-    ):
-        # As shipped, and tuned (its work queue's rate limit raised out of the way).
-        operators += ["mpi", "mpi-tuned"]
-    # The second peer (Trainer v2 on JobSet, two managers and their webhooks).
-    peers = ["trainer"] if go else []
-    print(f"bench --quick with {', '.join([*operators, *peers])}")
-    out = tmp_path / "out"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--quick",
-            "--dir",
-            str(tmp_path / "cluster"),
-            "--port-base",
-            "18100",  # apart from the test fixtures' clusters and a developer's bench
-            "--nodes",
-            "1",
-            # A low client QPS keeps requests queued in the operator while its jobs turn
-            # Running, as in a real burst: the counts must still include them.
-            "--qps",
-            "5",
-            "--burst",
-            "5",
-            "--operators",
-            # The physical limit too (bench.baseline, at once and with the launcher
-            # after the workers are Ready): a single-job case only.
-            ",".join([*operators, *peers, "baseline", "baseline-ordered"]),
-            "--out",
-            str(out),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1700,
-    )
+    # hack/test.sh's other stream may run mpi-operator (tests/e2e/test_realpods.py) on
+    # the same fixed port: wait for it instead of dropping the peers.
+    with port_held(procs.MPI_HEALTH_PORT):
+        operators = ["ours"]
+        go = available(shutil.which("go") is not None, "go, to build the peers")
+        if go and available(
+            port_free(procs.MPI_HEALTH_PORT, "0.0.0.0"),
+            f"port {procs.MPI_HEALTH_PORT} free: mpi-operator serves /healthz there (fixed)",
+        ):
+            # As shipped, and tuned (its work queue's rate limit raised out of the way).
+            operators += ["mpi", "mpi-tuned"]
+        # The second peer (Trainer v2 on JobSet, two managers and their webhooks).
+        peers = ["trainer"] if go else []
+        print(f"bench --quick with {', '.join([*operators, *peers])}")
+        out = tmp_path / "out"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench",
+                "--quick",
+                "--dir",
+                str(tmp_path / "cluster"),
+                "--port-base",
+                "18100",  # apart from the test fixtures' clusters and a developer's bench
+                "--nodes",
+                "1",
+                # A low client QPS keeps requests queued in the operator while its jobs turn
+                # Running, as in a real burst: the counts must still include them.
+                "--qps",
+                "5",
+                "--burst",
+                "5",
+                "--operators",
+                # The physical limit too (bench.baseline, at once and with the launcher
+                # after the workers are Ready): a single-job case only.
+                ",".join([*operators, *peers, "baseline", "baseline-ordered"]),
+                "--out",
+                str(out),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1700,
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     results = json.loads((out / "results-quick.json").read_text())
     for op in operators:
