@@ -206,11 +206,21 @@ status() {
 # One build of an image at a time, machine-wide: a second `images.sh` asking for
 # the same image (a test, while hack/warm-up.sh builds it) waits for the first
 # and then finds it in the build cache, instead of building it again beside it.
+# hack/warm-up.sh builds at idle CPU priority (its cgroup and Docker's, cpu.idle): a
+# test that waits for one of its builds lifts both to a normal share, for good (the
+# Docker tests come last and need every image), so that the build it waits for is not
+# starved by the tests beside it.
 hold_lock() {
   mkdir -p "$state"
   exec {lock_fd}>>"$state/build-$1.lock"
   if ! flock --nonblock "$lock_fd"; then
     say "waiting for another build of $1"
+    local knob
+    for knob in /sys/fs/cgroup/cpu/warm-up/cpu.idle /sys/fs/cgroup/cpu/docker/cpu.idle; do
+      if [[ -w $knob && "$(cat "$knob" 2>/dev/null)" == 1 ]] && echo 0 >"$knob" 2>/dev/null; then
+        say "raised ${knob%/cpu.idle} to normal CPU priority while a build is waited for"
+      fi
+    done
     flock "$lock_fd"
   fi
 }
