@@ -47,7 +47,7 @@ from .takeover import _metric
 SMALL_NS = "small"
 STUCK_NS = "stuck"
 NODE = "silent-node"
-SLOW_START_S = 15.0  # executor.SLOW_START_SECONDS
+SLOW_START_S = 15.0  # observing.SLOW_START_SECONDS
 READ_INTERVAL_S = 10.0  # pod_warnings.INTERVAL
 
 

@@ -27,6 +27,7 @@ from .connection import load_connection
 from .discovery import KUEUE, Discovery, Feature
 from .kube import FIELD_MANAGER, Kube
 from .leader import RENEW_DEADLINE, LeaderElector
+from .observing import ObserveSettings
 from .pod_warnings import PodWarnings
 from .progress import ProgressWatcher
 from .reconciler import Reconciler
@@ -100,10 +101,14 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler = memo.reconciler = Reconciler(
         kube,
         batch_window=config.batch_window,
-        default_image=config.default_image,
-        stuck_pod_grace=config.stuck_pod_grace,
+        settings=ObserveSettings(
+            default_image=config.default_image,
+            stuck_pod_grace=config.stuck_pod_grace,
+            restrict_templates=config.restrict_templates,
+            reads_logs=config.first_step_metric,
+            gpu_device_classes=config.gpu_device_classes,
+        ),
         active=not config.leader_elect,
-        restrict_templates=config.restrict_templates,
         synced=False,
     )
     # Native gang scheduling (the Workload API: beta, off by default in 1.37), Volcano's
@@ -113,7 +118,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     await _check_crd(kube)
     discovery = Discovery(kube)
     await discovery.check_all()
-    reconciler.executor.discovery = discovery
+    reconciler.executor.observer.discovery = discovery
     # Workloads are watched only where Kueue serves them (a restart picks up a later
     # install); known only later, their watch starts then.
     kinds = [*watches.ALWAYS, *([watches.WORKLOADS] if discovery.served["kueue"] else [])]
@@ -121,8 +126,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # status.progress, hangs. Off, the operator reads no pod's log (the chart then
     # grants no pods/log).
     memo.first_step = None
-    reconciler.executor.reads_logs = config.first_step_metric
-    reconciler.executor.gpu_device_classes = config.gpu_device_classes
     if config.first_step_metric:
         watcher = ProgressWatcher(
             kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
@@ -131,7 +134,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Why pods are slow to start: a namespace's Warning Events at a time, on the
     # diagnostics budget, beside the reconciles (pod_warnings.py).
     warnings = PodWarnings(kube, on_change=reconciler.trigger, active=lambda: reconciler.active)
-    reconciler.executor.pod_warnings = warnings
+    reconciler.executor.observer.pod_warnings = warnings
     memo.pod_warnings = asyncio.create_task(warnings.run())
     memo.loop_lag = asyncio.create_task(metrics.measure_loop_lag())
     memo.elector = None

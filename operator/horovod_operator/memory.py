@@ -38,7 +38,7 @@ class JobMemory:
     deleting: dict[str, float] = field(default_factory=dict)
     refused: dict[str, Refused] = field(default_factory=dict)
     # (generation, raw spec) of the spec last accepted: a started job whose edit is
-    # invalid keeps running on it (executor._accepted_spec parses it when needed).
+    # invalid keeps running on it (observing.Observer._accepted_spec parses it when needed).
     accepted: tuple[int, Obj] | None = None
     patched: Obj | None = None
     last_write: float = -PROGRESS_INTERVAL
@@ -46,10 +46,10 @@ class JobMemory:
     warnings_due: float | None = None  # when a waiting pod becomes slow to start
     # Launcher pods seen disrupted (Children.launcher_disruptions), a few at most.
     launcher_disruptions: dict[str, str] = field(default_factory=dict)
-    # The PodGroup whose predecessors are deleted (executor._retire_earlier_groups).
+    # The PodGroup whose predecessors are deleted (applying.Applier._retire_earlier_groups).
     group: str = ""
     # The job's SSH Secret (views.slim_owned; None: none), as last read or written:
-    # Secrets are not watched (executor._secret). `secret_read`: it is known.
+    # Secrets are not watched (observing.Observer._secret). `secret_read`: it is known.
     secret: Obj | None = None
     secret_read: bool = False
 

@@ -15,7 +15,7 @@ Rights = dict[str, frozenset[str]]
 
 # In each watched namespace (a ClusterRole when all namespaces are watched).
 NAMESPACED: Final[Rights] = {
-    # watches.JOBS; executor._write_status rereads after a conflict; the TTL deletes.
+    # watches.JOBS; status_writing.StatusWriter.write rereads after a conflict; the TTL deletes.
     "horovodjobs.horovod.ai": frozenset({"get", "list", "watch", "delete"}),
     "horovodjobs.horovod.ai/status": frozenset({"patch"}),
     # Children set blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
@@ -23,7 +23,7 @@ NAMESPACED: Final[Rights] = {
     # watches.PODS; get: a 409 is checked to be ours; deletecollection: sweeps.
     "pods": frozenset({"get", "list", "watch", "create", "delete", "deletecollection"}),
     "services": frozenset({"get", "list", "watch", "create", "delete"}),
-    # Read by name (executor._secret), never listed or watched.
+    # Read by name (observing.Observer._secret), never listed or watched.
     "secrets": frozenset({"get", "create", "delete"}),
     # patch: the hostfile and the accepted spec (accepted.py).
     "configmaps": frozenset({"get", "list", "watch", "create", "patch", "delete"}),
@@ -37,7 +37,7 @@ NAMESPACED: Final[Rights] = {
     # watches.WORKLOADS (where Kueue is served); its status as Kueue's job framework.
     "workloads.kueue.x-k8s.io": frozenset({"get", "list", "watch", "create"}),
     "workloads.kueue.x-k8s.io/status": frozenset({"patch"}),
-    # executor._claim_template: the GPUs a worker's DRA claims add up to (claims.py).
+    # observing.Observer._claim_template: the GPUs a worker's DRA claims add up to (claims.py).
     "resourceclaimtemplates.resource.k8s.io": frozenset({"get"}),
 }
 
@@ -49,7 +49,7 @@ FIRST_STEP: Final[Rights] = {"pods/log": frozenset({"get"})}
 CLUSTER: Final[Rights] = {
     # handlers._check_crd, restricted to the one name (resourceNames).
     "customresourcedefinitions.apiextensions.k8s.io": frozenset({"get"}),
-    # executor._flavor, executor._priority.
+    # observing.Observer._flavor and _priority.
     "resourceflavors.kueue.x-k8s.io": frozenset({"get"}),
     "workloadpriorityclasses.kueue.x-k8s.io": frozenset({"get"}),
     "priorityclasses.scheduling.k8s.io": frozenset({"get"}),

@@ -5,18 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from .api import HorovodJobSpec, HorovodJobStatus
 from .children import Children
 from .claims import WorkerClaims
+from .refusals import permanent
 from .sshkeys import KeyPair
 
 Obj = Mapping[str, Any]
-
-# Refusals that no retry can fix: the object itself is invalid (400, 422) or too
-# large for the API server (413).
-PERMANENT_CODES: Final = frozenset({400, 413, 422})
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,7 @@ class Refusal:
 
     @property
     def permanent(self) -> bool:
-        return self.code in PERMANENT_CODES
+        return permanent(self.code)
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,11 @@ from typing import Final
 
 from . import metrics, names
 from .decide import decide
-from .executor import Executor, StaleView
+from .executor import Executor
 from .kube import Kube
 from .memory import Key
+from .observing import ObserveSettings
+from .status_writing import StaleView
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +47,13 @@ class Reconciler:
         self,
         kube: Kube,
         batch_window: float = 0.05,
-        default_image: str | None = None,
-        stuck_pod_grace: float = 60.0,
+        settings: ObserveSettings | None = None,
         active: bool = True,
-        restrict_templates: bool = False,
         synced: bool = True,
     ) -> None:
         self.kube = kube
         self.batch_window = batch_window
-        self.executor = Executor(kube, default_image, stuck_pod_grace, restrict_templates)
+        self.executor = Executor(kube, settings)
         # False on a standby replica: events are noted, nothing is reconciled.
         self.active = active
         # False until the watches have listed every kind once (watches.py): a job

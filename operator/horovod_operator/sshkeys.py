@@ -1,9 +1,13 @@
 """SSH key pairs for the launcher-to-worker ssh connections (one fresh pair per job)."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from .api import TERMINAL_PHASES
 
 
 @dataclass(frozen=True)
@@ -28,3 +32,13 @@ def generate_key_pair(comment: str = "horovod-operator") -> KeyPair:
         .decode()
     )
     return KeyPair(private_openssh=private, public_openssh=f"{public} {comment}\n")
+
+
+def needs_keys(body: Mapping[str, Any], has_secret: bool) -> bool:
+    """Whether a job gets fresh keys in this reconcile: it has no SSH Secret, runs in
+    mpi mode (gloo has none) and is not finished. A finished job never gets one again:
+    at start-up with many finished jobs, key generation was most of the reconcile's
+    own CPU."""
+    spec = body.get("spec") or {}
+    phase = (body.get("status") or {}).get("phase")
+    return not has_secret and spec.get("launchMode") != "gloo" and phase not in TERMINAL_PHASES

@@ -91,7 +91,7 @@ WORKLOADS: Final = Kind(
     "workloads", "Workload", "kueue.x-k8s.io/v1beta2", "workloads", views.slim_workload
 )
 # Not Secrets: that watch would need the right to list and watch every Secret in
-# the cluster; the job's SSH Secret is read by name instead (executor._secret).
+# the cluster; the job's SSH Secret is read by name instead (observing.Observer._secret).
 ALWAYS: Final = (JOBS, PODS, LAUNCHERS, CONFIG_MAPS, SERVICES)
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from horovod_operator import accepted
 from horovod_operator.decide import decide
-from horovod_operator.executor import Executor
 from horovod_operator.memory import JobMemory
+from horovod_operator.observing import last_run
 from horovod_operator.views import slim_config_map
 from tests.operator.test_decide import (
     ALL_UP,
@@ -108,7 +108,7 @@ def test_after_a_restart_the_record_is_read_and_the_job_finishes_on_it() -> None
     edited = body(RUNNING, generation=2, worker=BAD_TEMPLATE)
     cm = config_map_recording(1, first["spec"])["config_maps"][0]
     memory = JobMemory()  # a new process: nothing remembered
-    ran_on = Executor._ran_on(memory, cm, 2)
+    ran_on = last_run(memory, cm, 2)
     assert ran_on == (1, first["spec"]) and memory.accepted == ran_on
     # The launcher succeeded: the job ends Succeeded on the accepted spec.
     plan = decide(
@@ -118,7 +118,7 @@ def test_after_a_restart_the_record_is_read_and_the_job_finishes_on_it() -> None
     assert stored(plan)["phase"] == "Succeeded"
     # No edit since the record: nothing is parsed, the body's own spec is used.
     memory = JobMemory()
-    assert Executor._ran_on(memory, cm, 1) is None
+    assert last_run(memory, cm, 1) is None
 
 
 def test_the_record_is_compact_json() -> None:

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from horovod_operator import claims
+from horovod_operator.applying import dropped_fields
 from horovod_operator.claims import TemplateRef, WorkerClaims
 from horovod_operator.decide import decide
-from horovod_operator.executor import Executor, _dropped_fields
 from horovod_operator.kube import KubeError
+from horovod_operator.observing import Observer
 
 from .test_decide import NO_GANG, body, cond, created, observe, stored
 
@@ -258,13 +259,13 @@ def test_shared_claims_that_cannot_work_are_invalid(
 
 def test_a_pod_group_stored_without_its_claims_is_noticed() -> None:
     sent = {"kind": "PodGroup", "spec": {"resourceClaims": [SHARED]}}
-    (dropped,) = _dropped_fields(sent, {"kind": "PodGroup", "spec": {}})
+    (dropped,) = dropped_fields(sent, {"kind": "PodGroup", "spec": {}})
     assert dropped[:2] == ("resourceClaims", "DRAWorkloadResourceClaims")
-    assert _dropped_fields(sent, sent) == []
+    assert dropped_fields(sent, sent) == []
     topology = {"kind": "PodGroup", "spec": {"schedulingConstraints": {"topology": [{"key": "r"}]}}}
-    (dropped,) = _dropped_fields(topology, {"kind": "PodGroup", "spec": {}})
+    (dropped,) = dropped_fields(topology, {"kind": "PodGroup", "spec": {}})
     assert dropped[:2] == ("schedulingConstraints", "TopologyAwareWorkloadScheduling")
-    assert _dropped_fields({"kind": "PodGroup", "spec": {}}, {"kind": "PodGroup", "spec": {}}) == []
+    assert dropped_fields({"kind": "PodGroup", "spec": {}}, {"kind": "PodGroup", "spec": {}}) == []
 
 
 # --- the executor's read of the templates -------------------------------------------------
@@ -293,7 +294,7 @@ def test_a_refused_template_read_is_named_and_read_again(code: int) -> None:
         KubeError(code, "Refused", "resourceclaimtemplates is forbidden"),
         rct(exactly("g", count=2)),
     )
-    ex = Executor(server)  # type: ignore[arg-type]
+    ex = Observer(server)  # type: ignore[arg-type]
     job = claimed_job()
     first = asyncio.run(ex._worker_claims(("ns", "j"), job))
     assert first is not None and first.problem is not None
@@ -312,6 +313,6 @@ def test_a_refused_template_read_is_named_and_read_again(code: int) -> None:
 
 
 def test_a_running_job_of_fixed_size_reads_no_template() -> None:
-    ex = Executor(TemplateServer())  # type: ignore[arg-type]
+    ex = Observer(TemplateServer())  # type: ignore[arg-type]
     running = claimed_job(status={"phase": "Running"})
     assert asyncio.run(ex._worker_claims(("ns", "j"), running)) is None

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from horovod_operator import executor
-from horovod_operator.executor import StaleView
+from horovod_operator import executor, sshkeys
 from horovod_operator.kube import KubeError
 from horovod_operator.memory import Index, Indexes, JobMemory
 from horovod_operator.plan import Delete
 from horovod_operator.reconciler import TRIGGER_CHUNK, Reconciler, retry_delay
 from horovod_operator.sshkeys import generate_key_pair
+from horovod_operator.status_writing import StaleView
 from tests.support.aio import wait_for
 
 KEY = ("ns", "j")
@@ -362,7 +362,7 @@ def test_a_finished_job_without_its_secret_generates_no_keys(monkeypatch: Any) -
         made.append(comment)
         return generate_key_pair(comment)
 
-    monkeypatch.setattr(executor, "generate_key_pair", counting)
+    monkeypatch.setattr(sshkeys, "generate_key_pair", counting)
     kube = FakeKube()
     loop = reconciler(kube)
     finished = copy.deepcopy(JOB)
@@ -424,7 +424,7 @@ def test_a_delete_that_failed_is_sent_again_at_the_next_reconcile() -> None:
             if name == "j-worker-1" and sent.count(name) == 1:
                 raise KubeError(500, "InternalError", "etcdserver: request timed out")
 
-    ex = executor.Executor(Failing())  # type: ignore[arg-type]
+    ex = executor.Executor(Failing()).applier  # type: ignore[arg-type]
     memory = JobMemory(uid="u")
     deletes = [Delete("Pod", "j-worker-0", uid="a"), Delete("Pod", "j-worker-1", uid="b")]
 

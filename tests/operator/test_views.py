@@ -14,7 +14,7 @@ def test_every_child_watch_is_label_selected() -> None:
     # Server-side label selectors: the operator never receives or keeps pods and
     # Jobs that are not its own, however big the cluster.
     children = [k for k in (*watches.ALWAYS, watches.WORKLOADS) if k is not watches.JOBS]
-    # Not Secrets: watching them needs cluster-wide list/watch (executor._secret).
+    # Not Secrets: watching them needs cluster-wide list/watch (observing.Observer._secret).
     assert {k.kind for k in children} == {
         "Pod", "Job", "ConfigMap", "Service", "Workload",
     }  # fmt: skip
