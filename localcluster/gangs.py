@@ -23,7 +23,6 @@ import json
 import ssl
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -32,7 +31,7 @@ import yaml
 
 from . import gobuild
 from .poll import wait_for
-from .processes import free_port, log_tail, stop_process
+from .processes import ManagedProcess, free_port, http_ok
 
 VOLCANO_MODULE: Final = "volcano.sh/volcano"
 VOLCANO_VERSION: Final = "v1.14.1"
@@ -161,23 +160,19 @@ tiers:
 """
 
 
-class VolcanoScheduler:
+class VolcanoScheduler(ManagedProcess):
     """vc-scheduler against one cluster, with Volcano's CRDs and default Queue."""
 
+    name = "Volcano's scheduler (vc-scheduler)"
+    error = GangError
+
     def __init__(self, kubeconfig: Path, kubectl: Kubectl, state: Path, log_path: Path) -> None:
+        super().__init__(log_path)
         self.kubeconfig = kubeconfig
         self.kubectl = kubectl
         self.state = state
-        self.log_path = log_path
         self.port = free_port()
         self.healthz_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise GangError("Volcano's scheduler was not started")
-        return self.proc.pid
 
     def install(self) -> None:
         install_crds(self.kubectl, volcano_crds())
@@ -193,7 +188,6 @@ class VolcanoScheduler:
         started = time.monotonic()
         self.install()
         self.state.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         conf = self.state / "volcano-scheduler.conf"
         conf.write_text(VOLCANO_CONF)
         argv = [
@@ -206,8 +200,7 @@ class VolcanoScheduler:
             f"--healthz-address=127.0.0.1:{self.healthz_port}",
             "--v=3",
         ]
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.launch(argv)
         wait_for(
             self._ready,
             timeout,
@@ -219,21 +212,8 @@ class VolcanoScheduler:
         return time.monotonic() - started
 
     def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise GangError(f"vc-scheduler exited ({self.proc.returncode}):\n{self.tail()}")
-        url = f"http://127.0.0.1:{self.healthz_port}/healthz"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    def stop(self, timeout: float = 15) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, timeout)
-
-    def tail(self, lines: int = 60) -> str:
-        return log_tail(self.log_path, lines)
+        self.check_running()
+        return http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz")
 
 
 def scheduler_configuration(kubeconfig: Path, permit_seconds: int = PERMIT_WAITING_SECONDS) -> Any:
@@ -266,24 +246,20 @@ def scheduler_configuration(kubeconfig: Path, permit_seconds: int = PERMIT_WAITI
     }
 
 
-class CoschedulingScheduler:
+class CoschedulingScheduler(ManagedProcess):
     """scheduler-plugins' kube-scheduler with Coscheduling, against one cluster."""
+
+    name = "the coscheduling scheduler"
+    error = GangError
 
     def __init__(
         self, kubeconfig: Path, state: Path, log_path: Path, feature_gates: str = FEATURE_GATES
     ) -> None:
+        super().__init__(log_path)
         self.kubeconfig = kubeconfig
         self.feature_gates = feature_gates
         self.state = state
-        self.log_path = log_path
         self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise GangError("the coscheduling scheduler was not started")
-        return self.proc.pid
 
     def argv(self, config: Path) -> list[str]:
         binary = gobuild.ensure("kube-scheduler-plugins")
@@ -304,12 +280,9 @@ class CoschedulingScheduler:
         """Start it and wait until it serves /healthz; the seconds it took."""
         started = time.monotonic()
         self.state.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         config = self.state / "scheduler-config.yaml"
         config.write_text(yaml.safe_dump(scheduler_configuration(self.kubeconfig)))
-        argv = self.argv(config)
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.launch(self.argv(config))
         wait_for(
             self._ready,
             timeout,
@@ -321,22 +294,9 @@ class CoschedulingScheduler:
         return time.monotonic() - started
 
     def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise GangError(f"the scheduler exited ({self.proc.returncode}):\n{self.tail()}")
+        self.check_running()
         # Its serving certificate is self-signed: only liveness is asked here.
         unverified = ssl.create_default_context()
         unverified.check_hostname = False
         unverified.verify_mode = ssl.CERT_NONE
-        url = f"https://127.0.0.1:{self.port}/healthz"
-        try:
-            with urllib.request.urlopen(url, timeout=2, context=unverified) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    def stop(self, timeout: float = 15) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, timeout)
-
-    def tail(self, lines: int = 60) -> str:
-        return log_tail(self.log_path, lines)
+        return http_ok(f"https://127.0.0.1:{self.port}/healthz", context=unverified)

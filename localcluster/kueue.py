@@ -33,7 +33,6 @@ import json
 import shutil
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -43,7 +42,7 @@ import yaml
 from . import gobuild
 from .pki import serving_cert
 from .poll import wait_for
-from .processes import free_port, log_tail, stop_process
+from .processes import ManagedProcess, free_port, http_ok
 from .webhooks import apply_webhooks, delete_webhooks
 
 MODULE: Final = "sigs.k8s.io/kueue"
@@ -159,8 +158,11 @@ def _unshare_works() -> bool:
     return proc.returncode == 0
 
 
-class KueueProcess:
+class KueueProcess(ManagedProcess):
     """Kueue's controller manager and webhook server against one cluster."""
+
+    name = "Kueue"
+    error = KueueError
 
     def __init__(
         self,
@@ -171,23 +173,16 @@ class KueueProcess:
         log_path: Path,
         wait_for_pods_ready: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__(log_path)
         self.wait_for_pods_ready = wait_for_pods_ready
         self.kubeconfig = kubeconfig
         self.kubectl = kubectl
         self.pki = pki
         self.state = state
-        self.log_path = log_path
         self.health_port = free_port()
         self.metrics_port = free_port()
         self.webhook_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
         self.webhooks: list[dict[str, Any]] = []
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise KueueError("Kueue was not started")
-        return self.proc.pid
 
     # --- installing ------------------------------------------------------------------
 
@@ -289,14 +284,12 @@ class KueueProcess:
         server calls them. Returns the seconds it took."""
         started = time.monotonic()
         self.state.mkdir(parents=True, exist_ok=True)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.install_crds()
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         self.kubectl("apply", "-f", "-", input=json.dumps(namespace))
         argv = self.argv(self._write_config())
         env = {"KUBECONFIG": str(self.kubeconfig), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.launch(argv, env=env)
         deadline = started + timeout
         wait_for(
             self._ready,
@@ -318,14 +311,8 @@ class KueueProcess:
         return time.monotonic() - started
 
     def _ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise KueueError(f"Kueue exited ({self.proc.returncode}):\n{self.tail()}")
-        try:
-            url = f"http://127.0.0.1:{self.health_port}/readyz"
-            with urllib.request.urlopen(url, timeout=1) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+        self.check_running()
+        return http_ok(f"http://127.0.0.1:{self.health_port}/readyz", timeout=1)
 
     def install_webhooks(self) -> None:
         ca = (self.pki / "ca.crt").read_bytes()
@@ -372,11 +359,7 @@ class KueueProcess:
 
     def stop(self, timeout: float = 20) -> None:
         self.remove_webhooks()
-        if self.proc is not None:
-            stop_process(self.proc, timeout)
-
-    def tail(self, lines: int = 60) -> str:
-        return log_tail(self.log_path, lines)
+        super().stop(timeout)
 
     def _describe(self) -> str:
         return f"--- Kueue log ({self.log_path}) ---\n{self.tail()}"

@@ -4,7 +4,6 @@ benchmarks and the soak use (argv, start, readiness, stop, log tail)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -12,11 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .paths import REPO
-from .processes import free_port, log_tail, stop_process
+from .processes import ManagedProcess, free_port, http_ok
 
 
-class OperatorProcess:
+class OperatorProcess(ManagedProcess):
     """`python -m horovod_operator` watching some namespaces, its log in a file."""
+
+    name = "the operator"
 
     def __init__(
         self,
@@ -26,20 +27,13 @@ class OperatorProcess:
         extra_args: Sequence[str] = (),
         python: str = sys.executable,
     ) -> None:
+        super().__init__(log_path)
         self.kubeconfig = kubeconfig
         self.namespaces = list(namespaces)
-        self.log_path = log_path
         self.extra_args = list(extra_args)
         self.python = python
         self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
         self.label = "horovod-operator"
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise RuntimeError("the operator was not started")
-        return self.proc.pid
 
     @property
     def pids(self) -> list[int]:
@@ -61,20 +55,11 @@ class OperatorProcess:
 
     def start(self) -> None:
         """Start without waiting (tests that race the operator's start need that)."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv(), stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env
-            )
+        self.launch(self.argv(), env=env, cwd=REPO)
 
     def ready(self) -> bool:
-        try:
-            url = f"http://127.0.0.1:{self.port}/readyz"
-            with urllib.request.urlopen(url, timeout=1) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+        return http_ok(f"http://127.0.0.1:{self.port}/readyz", timeout=1)
 
     def start_and_wait(self, timeout: float = 90) -> float:
         """Start and wait until /readyz answers; returns the seconds that took."""
@@ -107,8 +92,4 @@ class OperatorProcess:
             self.proc.wait(timeout=10)
 
     def stop(self, timeout: float = 20) -> None:
-        if self.proc is not None:
-            stop_process(self.proc, timeout)
-
-    def tail(self, lines: int = 60) -> str:
-        return log_tail(self.log_path, lines)
+        super().stop(timeout)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import fcntl
 import signal
 import socket
+import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,3 +69,52 @@ def port_held(port: int) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def http_ok(url: str, timeout: float = 2, context: ssl.SSLContext | None = None) -> bool:
+    """Whether `url` answers 200 now (a health or readiness endpoint)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+class ManagedProcess:
+    """One program the tooling runs beside a cluster (a scheduler, Kueue, a controller
+    manager, an operator): started with its output in a log file, checked for an early
+    exit while it is awaited, stopped with SIGTERM then SIGKILL."""
+
+    name = "the process"  # in messages: "<name> exited (1)", "<name> was not started"
+    error: type[Exception] = RuntimeError
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise self.error(f"{self.name} was not started")
+        return self.proc.pid
+
+    def launch(
+        self, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd
+            )
+
+    def check_running(self) -> None:
+        """Raise, with the end of its log, when it has exited (it should not have)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise self.error(f"{self.name} exited ({self.proc.returncode}):\n{self.tail()}")
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, timeout)
+
+    def tail(self, lines: int = 60) -> str:
+        return log_tail(self.log_path, lines)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -35,7 +34,7 @@ import yaml
 from . import gobuild
 from .pki import serving_cert
 from .poll import wait_for
-from .processes import free_port, log_tail, stop_process
+from .processes import ManagedProcess, free_port, http_ok
 from .webhooks import apply_webhooks, delete_webhooks
 
 TRAINER_MODULE: Final = gobuild.TRAINER_MODULE
@@ -130,32 +129,23 @@ def local_webhooks(
     return docs
 
 
-class _Manager:
+class _Manager(ManagedProcess):
     """One controller-runtime manager process: its argv, environment and /readyz."""
 
+    error = TrainerError
+
     def __init__(self, name: str, log_path: Path) -> None:
+        super().__init__(log_path)
         self.name = name
-        self.log_path = log_path
         self.health_port = free_port()
         self.webhook_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, argv: Sequence[str], env: dict[str, str]) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.launch(list(argv), env=env)
 
     def ready(self) -> bool:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise TrainerError(
-                f"{self.name} exited ({self.proc.returncode}):\n{log_tail(self.log_path, 40)}"
-            )
-        try:
-            url = f"http://127.0.0.1:{self.health_port}/readyz"
-            with urllib.request.urlopen(url, timeout=1) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
+        self.check_running()
+        return http_ok(f"http://127.0.0.1:{self.health_port}/readyz", timeout=1)
 
 
 class TrainerProcess:
@@ -281,14 +271,13 @@ class TrainerProcess:
     def stop(self, timeout: float = 20) -> None:
         self.remove_webhooks()
         for manager in (self.trainer, self.jobset):
-            if manager.proc is not None:
-                stop_process(manager.proc, timeout)
+            manager.stop(timeout)
 
     def tail(self, lines: int = 60) -> str:
-        return log_tail(self.log_path, lines)
+        return self.trainer.tail(lines)
 
     def _describe(self) -> str:
         return "\n".join(
-            f"--- {m.name} log ({m.log_path}) ---\n{log_tail(m.log_path, 40)}"
+            f"--- {m.name} log ({m.log_path}) ---\n{m.tail(40)}"
             for m in (self.jobset, self.trainer)
         )
