@@ -59,9 +59,14 @@ SHORT_NAMES: Final = ("hvjob", "hj")
 _FIELD_PREFIX: Final = re.compile(r"^[A-Za-z][A-Za-z.]*: ")
 
 Phase = Literal["Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+# The phase groups every module reads (named once, here).
 TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 # Phases in which pods of the job may exist and its shape is fixed.
 STARTED_PHASES: Final = frozenset({"Pending", "Starting", "Running", "Restarting"})
+# An attempt under way: not restarting, suspended or finished.
+ATTEMPT_PHASES: Final = frozenset({"Pending", "Starting", "Running"})
+# Before the attempt runs: its pods are being created, scheduled or started.
+STARTING_PHASES: Final = frozenset({"Pending", "Starting"})
 
 # Upper bounds, also in the CRD. Workers: each adds about 150 bytes to each of
 # the two files of the job's ConfigMap, whose data the API server caps at 1 MiB.

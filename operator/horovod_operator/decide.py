@@ -19,7 +19,9 @@ from pydantic import ValidationError
 
 from . import accepted, builders, elastic, names, queueing, stalled
 from .api import (
+    ATTEMPT_PHASES,
     STARTED_PHASES,
+    STARTING_PHASES,
     TERMINAL_PHASES,
     HorovodJob,
     HorovodJobSpec,
@@ -140,7 +142,7 @@ def decide(seen: Observation) -> Plan:
     hold = queue.hold if queue is not None else None
     status = compute_status(job, seen.children, seen.now, rejected_edit, hold)
     lost: tuple[list[Delete], list[Event]] = ([], [])
-    if job.spec.elastic is not None and status.phase in ("Pending", "Starting", "Running"):
+    if job.spec.elastic is not None and status.phase in ATTEMPT_PHASES:
         deletes, lost_events, fatal = elastic.track(job, previous, status, seen)
         lost = (deletes, lost_events)
         if fatal is not None:
@@ -151,7 +153,7 @@ def decide(seen: Observation) -> Plan:
         if queue.create is not None and not job.spec.run_policy.suspend:
             plan.creates.append(queue.create)
         plan.workload_status = queue.patch
-    if status.phase in ("Pending", "Starting", "Running"):
+    if status.phase in ATTEMPT_PHASES:
         plan.deletes += lost[0]
         if stand_in:
             # Nothing is created from a stand-in: it has no templates.
@@ -200,7 +202,7 @@ def decide(seen: Observation) -> Plan:
     _requeue_for_timers(plan, job, status, seen.now)
     if queue is not None and queue.requeue_after is not None:
         plan.requeue_after = min(plan.requeue_after or queue.requeue_after, queue.requeue_after)
-    if status.phase in ("Pending", "Starting") and stalled.claims_problem(job, seen) is not None:
+    if status.phase in STARTING_PHASES and stalled.claims_problem(job, seen) is not None:
         # ResourceClaimTemplates are not watched: look again for the one created or fixed.
         plan.requeue_after = min(plan.requeue_after or CLAIM_RETRY, CLAIM_RETRY)
     _force_delete_stuck_pods(plan, seen)
@@ -686,9 +688,9 @@ def _requeue_for_timers(
 ) -> None:
     policy = job.spec.run_policy
     dues = []
-    if status.phase in ("Pending", "Starting", "Running", "Restarting"):
+    if status.phase in STARTED_PHASES:
         dues.append(due_time(status.start_time, policy.active_deadline_seconds))
-    if status.phase in ("Pending", "Starting"):
+    if status.phase in STARTING_PHASES:
         dues.append(due_time(status.attempt_start_time, policy.startup_timeout_seconds))
     if status.phase in TERMINAL_PHASES and not plan.delete_job:
         dues.append(due_time(status.completion_time, policy.ttl_seconds_after_finished))

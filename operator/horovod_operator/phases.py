@@ -15,6 +15,8 @@ from typing import Any, Final
 
 from . import names
 from .api import (
+    ATTEMPT_PHASES,
+    STARTED_PHASES,
     TERMINAL_PHASES,
     Failure,
     HorovodJob,
@@ -97,7 +99,7 @@ def active_replicas(job: HorovodJob) -> int:
         status is not None
         and status.workers is not None
         and status.workers.replicas
-        and status.phase in ("Pending", "Starting", "Running", "Restarting")
+        and status.phase in STARTED_PHASES
     ):
         return status.workers.replicas
     return job.spec.worker_count()
@@ -410,7 +412,7 @@ def _secret_lost(
     watched: the executor finds one gone before it creates pods that mount it.)"""
     return (
         job.spec.launch_mode == "mpi"
-        and previous.phase in ("Pending", "Starting", "Running")
+        and previous.phase in ATTEMPT_PHASES
         and children.secret is None
         and any(
             attempt_of(pod) == attempt and (pod.get("spec") or {}).get("nodeName")

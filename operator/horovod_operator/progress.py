@@ -34,7 +34,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 from . import metrics, names, training_log
-from .api import manager_of
+from .api import TERMINAL_PHASES, manager_of
 from .conditions import format_time, now_utc, parse_time
 from .first_step import REASON_TRAINING_STARTED, rank0_sources
 from .kube import Kube, KubeError
@@ -48,7 +48,6 @@ WRITE_INTERVAL: Final = 30.0
 # Before the first step: soon after the launcher runs, then less often.
 MIN_INTERVAL: Final = 2.0
 MAX_INTERVAL: Final = 30.0
-_FINISHED: Final = ("Succeeded", "Failed")
 # A hang's message names this many ranks (and counts the rest); its status keeps more.
 MAX_NAMED: Final = 5
 MAX_RANKS: Final = 32
@@ -125,7 +124,7 @@ class ProgressWatcher:
             if watch is not None and (watch.uid, watch.attempt) != (uid, attempt):
                 watch = None
             phase = status.get("phase")
-            if phase in _FINISHED:
+            if phase in TERMINAL_PHASES:
                 # A short job can finish between two looks: one last look for its first
                 # step, if it was being watched (its pods are still there).
                 self._forget(key)

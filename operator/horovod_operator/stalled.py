@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Final
 
 from . import claims, names, podgroups
-from .api import HorovodJob, HorovodJobStatus
+from .api import STARTING_PHASES, HorovodJob, HorovodJobStatus
 from .children import (
     Obj,
     attempt_of,
@@ -280,7 +280,7 @@ def _current(workers: list[Obj], status: HorovodJobStatus) -> list[Obj]:
 
 def startup_timeout(status: HorovodJobStatus, timeout: int | None, now: datetime) -> str | None:
     """The failure message when the attempt's start took too long, else None."""
-    if status.phase not in ("Pending", "Starting"):
+    if status.phase not in STARTING_PHASES:
         return None
     due = due_time(status.attempt_start_time, timeout)
     if due is None or now < due:

@@ -10,7 +10,7 @@ import time
 from typing import Any, Final
 
 from . import metrics, names
-from .api import HorovodJobStatus, parse_status
+from .api import TERMINAL_PHASES, HorovodJobStatus, parse_status
 from .conditions import now_utc, parse_time
 from .kube import Kube, KubeError
 from .memory import PROGRESS_INTERVAL, JobMemory, Key, Obj
@@ -106,7 +106,7 @@ def _count_transition(key: Key, before: str | None, status: HorovodJobStatus) ->
     elif after == "Running" and status.attempt_start_time:
         waited = (now_utc() - parse_time(status.attempt_start_time)).total_seconds()
         metrics.TIME_TO_RUNNING.labels(namespace=key[0]).observe(max(0.0, waited))
-    if after in ("Succeeded", "Failed") and status.start_time and status.completion_time:
+    if after in TERMINAL_PHASES and status.start_time and status.completion_time:
         took = parse_time(status.completion_time) - parse_time(status.start_time)
         metrics.JOB_DURATION.labels(namespace=key[0], phase=after).observe(
             max(0.0, took.total_seconds())
