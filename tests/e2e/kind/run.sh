@@ -9,14 +9,13 @@
 #
 #   tests/e2e/kind/run.sh                       # kind's default node image (pulled)
 #   make kind-e2e                               # a node image built here, no registry
-#                                               # (hack/kind.sh; docs/kind-node-image.md)
+#                                               # (hack/kind.sh; docs/dev/kind-node-image.md)
 # Environment:
 #   KIND_NODE_IMAGE   node image [kind's default]     KIND_CONFIG   kind config file [none]
 #   KIND_CLUSTER      cluster name [horovod-e2e]      KEEP_CLUSTER=1  leave it for debugging
 #   E2E_ARTIFACTS     where logs, `kind export logs` and timings.json go [.work/kind-e2e]
-#   JOB_TIMEOUT       seconds a job may take [420: the examples take 10-45 s here; a stuck
+#   JOB_TIMEOUT       seconds a job may take [420: the examples take 10-30 s here; a stuck
 #                     one must not use up CI's time]
-#   JOB_PARALLEL      jobs run at once [4]
 #   REALPODS_REPEATS  also time apply -> first step, ours and mpi-operator, N runs each
 #                     (bench/realpods_kind.py) [unset: not run]
 #   REALPODS_OUT      where those runs go [$E2E_ARTIFACTS/realpods-kind.json]
@@ -97,37 +96,18 @@ helm install horovod-operator charts/horovod-operator --namespace horovod-system
   --set workerImage="horovod-worker:$version-torch-cpu" --wait --timeout 180s
 $helpers operator-ready --namespace horovod-system --timeout 120
 
-# The jobs run side by side, at most $parallel at once: each is a few pods that mostly
-# wait (scheduling, sshd, imports), and one after another they took about 200 s of
-# CI's time. Their apply -> started times in timings.json are therefore not a
-# benchmark; the real-pods step below runs alone and is.
-parallel="${JOB_PARALLEL:-4}"
-names=()
-start_job() {  # MANIFEST NAME EXPECT [REASON]: apply, then wait in the background
+run_job() {  # MANIFEST NAME EXPECT [REASON]
   local manifest="$1" name="$2" expect="$3" reason="${4:-}"
-  names+=("$name")
-  while (($(jobs -rp | wc -l) >= parallel)); do wait -n || true; done
-  rm -f "$artifacts/$name.rank-line" "$artifacts/$name.verdict"
   kubectl apply -n default -f "$manifest"
-  (
-    if $helpers wait "$name" --namespace default --expect "$expect" ${reason:+--reason "$reason"} \
-        --timeout "${JOB_TIMEOUT:-420}" --rank-line "$artifacts/$name.rank-line"; then
-      echo ok >"$artifacts/$name.verdict"
-    fi
-  ) &
-}
-finish_jobs() {  # wait for every started job; record the timings, one file writer at a time
-  local name
-  wait || true
-  for name in "${names[@]}"; do
-    if [[ -f "$artifacts/$name.verdict" ]]; then
-      $helpers timings "$name" --namespace default --record "$artifacts/timings.json" \
-        --rank-line "$artifacts/$name.rank-line"
-    else
-      failed=1
-      failed_jobs+=("$name")
-    fi
-  done
+  rm -f "$artifacts/$name.rank-line"
+  if $helpers wait "$name" --namespace default --expect "$expect" ${reason:+--reason "$reason"} \
+      --timeout "${JOB_TIMEOUT:-420}" --rank-line "$artifacts/$name.rank-line"; then
+    $helpers timings "$name" --namespace default --record "$artifacts/timings.json" \
+      --rank-line "$artifacts/$name.rank-line"
+  else
+    failed=1
+    failed_jobs+=("$name")
+  fi
 }
 
 # kind's node image ships no volume provisioner: each claim of an example gets a
@@ -152,16 +132,14 @@ for example in examples/*.yaml; do
   esac
   step "$example: $name on $image, expecting $expect"
   $helpers cpu-variant "$example" --image "$image" >"$artifacts/$name.yaml"
-  start_job "$artifacts/$name.yaml" "$name" "$expect"
+  run_job "$artifacts/$name.yaml" "$name" "$expect"
 done
 
 example=examples/pytorch-digits.yaml
 step "a job that must fail: $example with an argument the trainer refuses"
 name="$($helpers failing-name "$example")"
 $helpers failing-variant "$example" --image "horovod-worker:$version-torch-cpu" >"$artifacts/$name.yaml"
-start_job "$artifacts/$name.yaml" "$name" Failed LauncherFailed
-step "waiting for the ${#names[@]} jobs"
-finish_jobs
+run_job "$artifacts/$name.yaml" "$name" Failed LauncherFailed
 
 if [[ -n "${REALPODS_REPEATS:-}" ]]; then
   # bench/realpods_kind.py: the same program under ours and under mpi-operator (a
