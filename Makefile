@@ -27,7 +27,7 @@ images:  ## the operator image and the four worker images (docs/images.md); star
 	hack/images.sh operator
 	hack/images.sh worker
 
-kind-e2e:  ## tests/e2e/kind/run.sh on kind with a node image built here (no registry; docs/kind-node-image.md)
+kind-e2e:  ## tests/e2e/kind/run.sh on kind with a node image built here (no registry; docs/dev/kind-node-image.md)
 	SKIP_WORKER=1 hack/bootstrap.sh
 	hack/images.sh engine
 	hack/kind.sh node-image

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The local node agent: runs the pods bound to its nodes as processes
-# (python -m localcluster.nodeagent --help; docs/local-e2e.md).
+# (python -m localcluster.nodeagent --help; docs/dev/local-e2e.md).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="$repo/.venv/bin/python"

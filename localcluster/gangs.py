@@ -42,7 +42,7 @@ SCHEDULER_NAME: Final = "scheduler-plugins-scheduler"
 # rejection of the group. Two gangs that contend at once then each keep one
 # nominated node and wait on each other forever (seen here: v0.35.4-devel, two
 # jobs of 2 x 8 GPUs on two 8-GPU nodes, neither bound after 90s). Off, the
-# rejected group frees its nodes and the other gang is placed (docs/coscheduling.md).
+# rejected group frees its nodes and the other gang is placed (docs/scheduling.md).
 FEATURE_GATES: Final = "NominatedNodeNameForExpectation=false"
 # How long a member that fits waits at Permit for the rest of its group when the
 # PodGroup says nothing (scheduleTimeoutSeconds); upstream's sample config uses 10.

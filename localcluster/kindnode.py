@@ -18,7 +18,7 @@ CoreDNS, pause), preloaded into the node's containerd as kind does. Steps:
    `build node-image` does), committed as `image_name()`.
 
 The result is labelled with a digest of its inputs: an unchanged build is skipped.
-docs/kind-node-image.md has the why of each setting.
+docs/dev/kind-node-image.md has the why of each setting.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def config() -> str:
     tags it carries, and the kubelet may run on a cgroup v1 host (kubelet 1.35+
     refuses one unless told)."""
     return f"""\
-# kind config for {image_name()} (made by `hack/kind.sh config`; see docs/kind-node-image.md)
+# kind config for {image_name()} (made by `hack/kind.sh config`; see docs/dev/kind-node-image.md)
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 kubeadmConfigPatches:

@@ -1,5 +1,5 @@
 # A kind node image made from local parts only (localcluster/kindnode.py makes the
-# context; docs/kind-node-image.md explains it). It follows kind's base image
+# context; docs/dev/kind-node-image.md explains it). It follows kind's base image
 # (images/base/Dockerfile in the sigs.k8s.io/kind module): Debian with systemd,
 # kind's files, containerd/runc/crictl/CNI plugins, then kubelet/kubeadm/kubectl,
 # all built here from pinned Go modules instead of downloaded.

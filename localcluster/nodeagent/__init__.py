@@ -14,5 +14,5 @@ repository's .venv first on PATH) stand in for every image.
     python -m localcluster.nodeagent exec POD -- CMD...        run a command inside a pod
     python -m localcluster.nodeagent cleanup                   remove what a crashed agent left
 
-See docs/local-e2e.md for how it works.
+See docs/dev/local-e2e.md for how it works.
 """

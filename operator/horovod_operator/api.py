@@ -409,9 +409,10 @@ class GangScheduling(_Model):
         "kube-scheduler places all-or-nothing) when the cluster serves that API, else "
         "none. Native: require it; the job waits (Stalled/GangSchedulingUnavailable) on a "
         "cluster without it. Volcano: a scheduling.volcano.sh/v1beta1 PodGroup (queue: "
-        "spec.scheduling.queue) and schedulerName volcano (docs/volcano.md). Coscheduling: "
-        "a scheduling.x-k8s.io/v1alpha1 PodGroup of scheduler-plugins and schedulerName "
-        "scheduler-plugins-scheduler (docs/coscheduling.md). Both wait like Native where "
+        "spec.scheduling.queue) and schedulerName volcano (docs/scheduling.md#volcano). "
+        "Coscheduling: a scheduling.x-k8s.io/v1alpha1 PodGroup of scheduler-plugins and "
+        "schedulerName scheduler-plugins-scheduler "
+        "(docs/scheduling.md#scheduler-plugins-coscheduling). Both wait like Native where "
         "their CRD is not served; spec.scheduling.schedulerName overrides the scheduler. "
         "None: every pod is scheduled on its own. The launcher is not in the group: it "
         "starts only once the workers run.",
@@ -467,7 +468,8 @@ class Scheduling(_Model):
 
     topology: Topology | None = Field(
         default=None,
-        description="Place the workers in one topology domain (docs/gang-scheduling.md).",
+        description="Place the workers in one topology domain "
+        "(docs/scheduling.md#topology-the-workers-in-one-rack).",
     )
 
     gang: GangScheduling = Field(

@@ -37,7 +37,7 @@ class GangScheduler:
     api_version: str
     plural: str
     scheduler_name: str  # the pods' schedulerName unless spec.scheduling.schedulerName is set
-    install: str  # what the cluster needs, for the Stalled message (docs/<page>.md)
+    install: str  # what the cluster needs, for the Stalled message (docs/scheduling.md)
 
 
 VOLCANO: Final = GangScheduler(
@@ -46,7 +46,8 @@ VOLCANO: Final = GangScheduler(
     plural="podgroups",
     scheduler_name="volcano",
     install="install Volcano (its CRDs, vc-scheduler and vc-controller-manager: "
-    "https://volcano.sh/en/docs/installation/), then restart the operator (docs/volcano.md)",
+    "https://volcano.sh/en/docs/installation/), then restart the operator "
+    "(docs/scheduling.md#volcano)",
 )
 COSCHEDULING: Final = GangScheduler(
     policy="Coscheduling",
@@ -56,7 +57,7 @@ COSCHEDULING: Final = GangScheduler(
     scheduler_name="scheduler-plugins-scheduler",
     install="install scheduler-plugins (its PodGroup CRD and a scheduler with the "
     "Coscheduling plugin: https://github.com/kubernetes-sigs/scheduler-plugins), then "
-    "restart the operator (docs/coscheduling.md)",
+    "restart the operator (docs/scheduling.md#scheduler-plugins-coscheduling)",
 )
 BY_POLICY: Final = {gang.policy: gang for gang in (VOLCANO, COSCHEDULING)}
 

@@ -185,7 +185,7 @@ def test_example_2x1_over_ssh(
     started = _seconds_to_first_rank_line(cluster, agent, namespace, name, applied)
     job = wait_finished(cluster, namespace, name, 600)
     assert job["status"]["phase"] == "Succeeded", _describe(cluster, agent, namespace, name)
-    # The node-agent rung's side of the kind rung's timings (docs/kind-node-image.md).
+    # The node-agent rung's side of the kind rung's timings (docs/dev/kind-node-image.md).
     record_timing(
         "node-agent",
         name,

@@ -93,7 +93,7 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
   resources: ["podgroups"]
   verbs: ["get", "create", "deletecollection"]
 # The same for Volcano's and scheduler-plugins' coscheduling PodGroups
-# (gang.policy Volcano | Coscheduling; docs/volcano.md, docs/coscheduling.md).
+# (gang.policy Volcano | Coscheduling; docs/scheduling.md).
 - apiGroups: ["scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "create", "deletecollection"]

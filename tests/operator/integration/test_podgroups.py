@@ -2,7 +2,7 @@
 server with their CRDs (as the modules ship them), and coscheduling against its
 real scheduler (scheduler-plugins' kube-scheduler, built from the module) with
 kwok GPU nodes: two jobs that fit only one at a time run one after the other,
-whole. Volcano's scheduler is not built here (docs/volcano.md)."""
+whole. Volcano's scheduler is not built here (docs/scheduling.md#volcano)."""
 
 from __future__ import annotations
 
