@@ -433,7 +433,10 @@ def test_three_hundred_workers_that_do_not_fit_give_a_few_events_and_writes(
     assert stalled is not None and stalled["reason"] == "Unschedulable", stalled
     assert stalled["message"].startswith("worker pods wait: 0/"), stalled
     warned = [m for r, m in jobs.warnings("crowd") if r == "Unschedulable"]
-    assert any(re.search(r"\(2\d\d pods, e\.g\. crowd-worker-", m) for m in warned), warned
+    # The count is the scheduler's walk so far when the Event was posted: under load it
+    # had reached 54 of the 292 stuck pods (CI, 2026-12-05), so only its shape is fixed.
+    counts = [int(c) for m in warned for c in re.findall(r"\((\d+) pods, e\.g\. crowd-worker-", m)]
+    assert any(1 < c <= replicas for c in counts), warned
 
 
 def test_two_thousand_ranks_failing_together_end_the_job_with_a_small_status(
