@@ -34,7 +34,7 @@ from datetime import timedelta
 from typing import Any, Final
 
 from . import metrics, names, training_log
-from .api import TERMINAL_PHASES, manager_of
+from .api import STARTING_PHASES, TERMINAL_PHASES, manager_of
 from .conditions import format_time, now_utc, parse_time
 from .first_step import REASON_TRAINING_STARTED, rank0_sources
 from .kube import Kube, KubeError
@@ -54,6 +54,8 @@ MAX_RANKS: Final = 32
 # A job that started training before this process and has no status.progress: its
 # log is read from this many seconds ago, not from its start.
 RESTART_LOOKBACK: Final = 600
+# Reads tried for the first step of a job that ended before it was read.
+LAST_LOOKS: Final = 3
 
 
 def read_interval(deadline: int | None) -> float:
@@ -82,6 +84,7 @@ class _Watch:
     written_at: float = 0.0
     hung: bool = False
     heard: dict[int, str] = field(default_factory=dict)  # rank -> its last HVJOB_WAITING
+    last_looks: int = 0  # reads tried after the job ended
 
 
 class ProgressWatcher:
@@ -99,6 +102,9 @@ class ProgressWatcher:
         self._active = active
         self.tick = tick
         self._watches: dict[Key, _Watch] = {}
+        # Jobs this process saw Pending or Starting and not yet Running: one that ends
+        # from there still gets a last look (status writes can skip Running).
+        self._starting: set[Key] = set()
 
     async def run(self) -> None:
         while True:
@@ -125,15 +131,14 @@ class ProgressWatcher:
                 watch = None
             phase = status.get("phase")
             if phase in TERMINAL_PHASES:
-                # A short job can finish between two looks: one last look for its first
-                # step, if it was being watched (its pods are still there).
-                self._forget(key)
-                if watch is not None and not watch.started and not status.get("firstStepTime"):
-                    await self._look(key, body, list(indexes.pods.get(key, ())), watch, now_s, True)
+                await self._last_look(key, body, list(indexes.pods.get(key, ())), watch, now_s)
                 continue
             if phase != "Running":
                 self._forget(key)
+                if phase in STARTING_PHASES:
+                    self._starting.add(key)
                 continue
+            self._starting.discard(key)
             if watch is None:
                 watch = self._watches[key] = _new_watch(uid, attempt, status, now_s)
             if watch.moved is not None:
@@ -142,6 +147,37 @@ class ProgressWatcher:
             if now_s >= watch.due:
                 await self._look(key, body, list(indexes.pods.get(key, ())), watch, now_s)
         for key in set(self._watches) - set(indexes.jobs.keys()):
+            self._forget(key)
+        self._starting &= set(indexes.jobs.keys())
+
+    async def _last_look(
+        self,
+        key: Key,
+        body: Mapping[str, Any],
+        pods: list[Mapping[str, Any]],
+        watch: _Watch | None,
+        now_s: float,
+    ) -> None:
+        """A short job can end between two looks, or before this process saw it
+        Running (its Running write came after the launcher ended): a last look for its
+        first step, if this process saw the attempt start (its pods are still there; a
+        job first seen finished is never read). A refused read is asked again, a few
+        times, after the usual backoff."""
+        status = body.get("status") or {}
+        if watch is None and key in self._starting:
+            watch = self._watches[key] = _new_watch(
+                str(body["metadata"].get("uid") or ""), int(status.get("restarts") or 0),
+                status, now_s,
+            )  # fmt: skip
+        self._starting.discard(key)
+        if watch is None or watch.started or status.get("firstStepTime"):
+            self._forget(key)
+            return
+        if now_s < watch.due and watch.last_looks:
+            return
+        watch.last_looks += 1
+        read = await self._look(key, body, pods, watch, now_s, True)
+        if read or watch.last_looks >= LAST_LOOKS:
             self._forget(key)
 
     def _forget(self, key: Key) -> None:
@@ -158,7 +194,8 @@ class ProgressWatcher:
         watch: _Watch,
         now_s: float,
         final: bool = False,
-    ) -> None:
+    ) -> bool:
+        """Read what rank 0 wrote since the last look; False when no log answered."""
         deadline = ((body.get("spec") or {}).get("runPolicy") or {}).get("progressDeadlineSeconds")
         sources = rank0_sources(body, pods)
         known = [source for source in sources if source[0] == watch.source]
@@ -189,7 +226,7 @@ class ProgressWatcher:
         if reading is None:
             watch.due = now_s + watch.delay
             watch.delay = min(MAX_INTERVAL, watch.delay * 1.5)
-            return
+            return False
         patch: dict[str, Any] = {}
         first = self._learn(watch, reading, body, final)
         if first is not None:
@@ -207,6 +244,7 @@ class ProgressWatcher:
             watch.due = now_s  # more to read: at the next tick
         if patch:
             await self._write(key, body, patch, watch, now_s)
+        return True
 
     def _learn(
         self, watch: _Watch, reading: training_log.Reading, body: Mapping[str, Any], final: bool

@@ -261,6 +261,53 @@ def test_a_job_that_finishes_between_two_looks_gets_a_last_look() -> None:
     assert len(kube.reads) == 2
 
 
+def test_a_job_that_ends_before_it_was_seen_running_gets_a_last_look() -> None:
+    # Under load the launcher can finish before the Running status is written: the
+    # watcher sees Starting, then Succeeded (the kind rung's pytorch-digits, 2026-12-04).
+    kube, jobs, watcher = _setup("", _job("Starting"))
+    asyncio.run(watcher.scan(100.0))
+    assert kube.reads == []  # nothing is read before the attempt runs
+    kube.logs[LAUNCHER] = _rank_lines(10)
+    jobs[KEY] = [_job("Succeeded")]
+    asyncio.run(watcher.scan(101.0))
+    assert [list(p) for p in kube.patches] == [["firstStepTime"]]
+    assert kube.events == ["TrainingStarted"]
+    asyncio.run(watcher.scan(200.0))
+    assert len(kube.reads) == 1
+
+
+def test_a_refused_last_look_is_asked_again_a_few_times() -> None:
+    kube, jobs, watcher = _setup(_rank_lines(10), _job("Running"))
+    answers = kube.pod_log
+
+    async def refused(*args: Any, **kwargs: Any) -> str:
+        kube.reads.append((LAUNCHER, None))
+        raise KubeError(429, "TooManyRequests", "later")
+
+    kube.pod_log = refused  # type: ignore[method-assign]
+    asyncio.run(watcher.scan(100.0))
+    jobs[KEY] = [_job("Succeeded")]
+    for tick in range(1, 120):
+        asyncio.run(watcher.scan(100.0 + tick))
+    # The read while Running, then LAST_LOOKS after the end, spaced by the backoff.
+    assert len(kube.reads) == 1 + progress.LAST_LOOKS and kube.patches == []
+    kube.pod_log = answers  # type: ignore[method-assign]
+    asyncio.run(watcher.scan(300.0))
+    assert len(kube.reads) == 1 + progress.LAST_LOOKS  # given up on, not read for ever
+
+    # Had the second try been answered, the first step would be known.
+    kube, jobs, watcher = _setup(_rank_lines(10), _job("Running"))
+    answers = kube.pod_log
+    kube.pod_log = refused  # type: ignore[method-assign]
+    asyncio.run(watcher.scan(100.0))
+    jobs[KEY] = [_job("Succeeded")]
+    asyncio.run(watcher.scan(110.0))
+    kube.pod_log = answers  # type: ignore[method-assign]
+    for tick in range(11, 60):
+        asyncio.run(watcher.scan(100.0 + tick))
+    assert [list(p) for p in kube.patches] == [["firstStepTime"]]
+
+
 def test_a_job_first_seen_finished_is_not_read() -> None:
     # An operator (re)started after the job ended: its pods may be long gone,
     # and "now" would not be its first step.
