@@ -9,8 +9,8 @@ a 2-core machine only make both slower.
 The stamped binaries are the cache. Go's own build cache (compiled packages) is
 one directory shared by every tool (~/.cache/horovod-operator/go-build), so the
 standard library and the modules several tools share compile once per run, and
-kubelet reuses what the control plane compiled from the same go.mod: it is
-emptied after a build that leaves it over HVK_GO_BUILD_CACHE_MAX_GB (10 GB). Left
+kubelet reuses what the control plane compiled from the same go.mod: after a build
+that leaves it over HVK_GO_BUILD_CACHE_MAX_GB (10 GB), its oldest entries go. Left
 unbounded in ~/.cache/go-build it grew past 13 GB across the peers and
 schedulers, and the disk a kind rung needs for its images was gone. A GOCACHE
 the user set is used as it is and never emptied.
@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from .paths import CACHE, TOOLS_DIR
 from .versions import go_module_version, read_versions
@@ -355,7 +356,7 @@ def shared_cache() -> Path:
 @contextlib.contextmanager
 def _build_cache() -> Iterator[dict[str, str]]:
     """go_env() with GOCACHE set: the caller's own when set, else the shared one,
-    emptied afterwards when it has grown past its cap (a failed build's too)."""
+    trimmed afterwards when it has grown past its cap (a failed build's too)."""
     env = go_env()
     if "GOCACHE" in env:
         yield env
@@ -368,21 +369,41 @@ def _build_cache() -> Iterator[dict[str, str]]:
         _trim(cache)
 
 
+# Over its cap the cache keeps its newest entries down to this share of the cap.
+TRIM_TO: Final = 0.7
+
+
 def _trim(cache: Path) -> None:
-    cap = float(os.environ.get("HVK_GO_BUILD_CACHE_MAX_GB") or SHARED_CACHE_MAX_GB)
-    size = _size(cache)
-    if size > cap * 1e9:
-        log(f"Go build cache {cache} is {size / 1e9:.1f} GB (cap {cap:g} GB): emptied")
-        shutil.rmtree(cache, ignore_errors=True)
+    """Oldest entries first, down to TRIM_TO of the cap. Emptying it (as before
+    2026-12-05) made every later tool of a cold run compile the standard library and
+    the shared modules again (the cap was reached after scheduler-plugins, with
+    Volcano and five more tools to go). Go's own trim also drops single files: an
+    action whose output file is gone is a miss, not an error. Go refreshes an entry's
+    mtime when it is used (at most hourly), so the oldest are the least used."""
+    cap = float(os.environ.get("HVK_GO_BUILD_CACHE_MAX_GB") or SHARED_CACHE_MAX_GB) * 1e9
+    files = _files(cache)
+    size = sum(st.st_size for _, st in files)
+    if size <= cap:
+        return
+    keep = cap * TRIM_TO
+    for path, st in sorted(files, key=lambda entry: entry[1].st_mtime):
+        if size <= keep:
+            break
+        with contextlib.suppress(OSError):
+            path.unlink()
+            size -= st.st_size
+    log(f"Go build cache {cache} was over its cap ({cap / 1e9:g} GB): oldest entries "
+        f"removed, {size / 1e9:.1f} GB kept")  # fmt: skip
 
 
-def _size(root: Path) -> int:
-    total = 0
-    for folder, _, files in os.walk(root):
-        for name in files:
+def _files(root: Path) -> list[tuple[Path, os.stat_result]]:
+    found = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = Path(folder, name)
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, name)).st_size
-    return total
+                found.append((path, path.lstat()))
+    return found
 
 
 def build(names: Sequence[str] = ()) -> None:

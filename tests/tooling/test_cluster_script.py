@@ -4,6 +4,7 @@ it gives."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import socket
@@ -122,11 +123,20 @@ def test_go_build_cache_is_shared_capped_and_the_users_own_is_kept(
     assert (tmp_path / "cache" / "go-build" / "package.a").exists()
     assert gobuild.tool("etcd").built() and gobuild.tool("kwok").built()
 
-    # Over its cap it is emptied after the build.
-    monkeypatch.setenv("HVK_GO_BUILD_CACHE_MAX_GB", "0.000000001")
+    # Over its cap after a build, its oldest entries go until 70 % of the cap is left.
+    shared = tmp_path / "cache" / "go-build"
+    for age, name in enumerate(("new", "middle", "old")):
+        entry = shared / "ab" / f"{name}-d"
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        entry.write_bytes(b"x" * 400)
+        os.utime(entry, (1e9 - age * 1000, 1e9 - age * 1000))
+    monkeypatch.setenv("HVK_GO_BUILD_CACHE_MAX_GB", str(1000 / 1e9))  # 1,000 bytes
     shutil.rmtree(gobuild.tool("etcd").bin_dir())
     gobuild.build(["etcd"])
-    assert not (tmp_path / "cache" / "go-build").exists()
+    left = sorted(p.name for p in shared.rglob("*") if p.is_file())
+    # 1,209 bytes: the two oldest go (809, then 409 <= 700); the newest entry and the
+    # build's own output stay.
+    assert left == ["new-d", "package.a"], left
 
     # A GOCACHE the user set is theirs: used, and kept whatever its size.
     own = tmp_path / "own-gocache"
