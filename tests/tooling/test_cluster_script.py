@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -145,6 +146,22 @@ def test_go_build_cache_is_shared_capped_and_the_users_own_is_kept(
     gobuild.build(["etcd"])
     assert record.read_text().split()[-1] == str(own)
     assert (own / "package.a").exists()
+
+
+def test_a_build_that_hangs_is_stopped_and_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Tests wait for builds outside their own timeout (timeout_func_only): the build's
+    # own limit is what stops a hung one.
+    _fake_go_builds(monkeypatch, tmp_path)
+    (tmp_path / "bin" / "go").write_text("#!/bin/sh\nexec sleep 30\n")
+    monkeypatch.setenv("HVK_GO_BUILD_TIMEOUT", "0.5")
+    started = time.monotonic()
+    with pytest.raises(gobuild.BuildError, match="HVK_GO_BUILD_TIMEOUT") as error:
+        gobuild.build(["etcd"])
+    assert time.monotonic() - started < 10
+    assert "took over 0s" in str(error.value) or "took over 1s" in str(error.value)
+    assert not gobuild.tool("etcd").built()
 
 
 def test_a_tool_built_while_waiting_for_the_lock_is_not_built_again(
