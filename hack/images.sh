@@ -358,6 +358,20 @@ bases() {
   ((${#missing[@]} == 0)) || die "missing base images: ${missing[*]} (pull them where a registry is reachable, or docker load them)"
 }
 
+# A build's docker client, moved out of the warm-up's idle cgroup (hack/warm-up.sh):
+# it uses little CPU, but it must answer BuildKit's session (the secret and cache
+# mounts). Starved at idle beside both test streams, it did not, and a 36-minute
+# worker build failed with "no active session ... context deadline exceeded" (a cold
+# CI run, 2026-12-05). The build's own work stays in dockerd's cgroup.
+build_client() {
+  (
+    if [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
+      echo "$BASHPID" >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null || true
+    fi
+    DOCKER_BUILDKIT=1 exec "$@"
+  )
+}
+
 operator() {
   local docker
   docker="$(need_daemon)"
@@ -374,7 +388,7 @@ operator() {
   hold_lock operator
   say "building horovod-operator:$tag ($docker ${args[*]} .)"
   local start=$SECONDS
-  DOCKER_BUILDKIT=1 "$docker" "${args[@]}" .
+  build_client "$docker" "${args[@]}" .
   release_lock
   say "built horovod-operator:$tag in $((SECONDS - start))s ($("$docker" image inspect --format '{{.Size}}' "horovod-operator:$tag" | awk '{printf "%.0f MB", $1 / 1e6}'))"
 }
@@ -428,7 +442,7 @@ worker() {
     hold_lock "worker-$target"
     say "building $image (target $target of Dockerfile.worker)"
     start=$SECONDS
-    DOCKER_BUILDKIT=1 "$docker" build -f Dockerfile.worker --target "$target" -t "$image" "${args[@]}" .
+    build_client "$docker" build -f Dockerfile.worker --target "$target" -t "$image" "${args[@]}" .
     release_lock
     say "built $image in $((SECONDS - start))s ($("$docker" image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}'))"
   done
