@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -96,6 +97,45 @@ class KubeCluster(Cluster):
         if namespace:
             args += ["-n", namespace]
         return self.kubectl(*args, input=text, check=check)
+
+    @contextmanager
+    def watch(self, kind: str, name: str, namespace: str) -> Iterator[list[dict[str, Any]]]:
+        """Every version of one object the API server stores while the block runs, in
+        order (a watch, so none is missed the way polling misses them). Fails when the
+        watch ended early, since the list would then be short."""
+        proc = subprocess.Popen(
+            [str(gobuild.bin_path("kubectl")), f"--kubeconfig={self.kubeconfig}", "get", kind,
+             "-n", namespace, f"--field-selector=metadata.name={name}", "--watch",
+             "--output-watch-events", "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        seen: list[dict[str, Any]] = []
+
+        def read() -> None:
+            assert proc.stdout is not None
+            decoder, buffer = json.JSONDecoder(), ""
+            for line in proc.stdout:
+                buffer += line
+                while buffer.strip():
+                    try:
+                        event, end = decoder.raw_decode(buffer.lstrip())
+                    except json.JSONDecodeError:
+                        break  # an object still being written
+                    buffer = buffer.lstrip()[end:]
+                    seen.append(event["object"])
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            yield seen
+            ended = proc.poll()
+            assert ended is None, f"the watch on {kind} {name} ended ({ended}): " + (
+                proc.stderr.read() if proc.stderr else ""
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            reader.join(timeout=10)
 
     def log_tails(self, lines: int = 30) -> str:
         out = []

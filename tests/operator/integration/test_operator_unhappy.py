@@ -9,6 +9,7 @@ patched, never two launchers).
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 import time
@@ -378,6 +379,16 @@ def test_a_webhook_that_is_down_is_named_and_the_job_starts_once_it_is_back(
     assert len([m for r, m in jobs.warnings("guarded") if r == "CreateFailed"]) <= 2
 
 
+def without_messages(status: dict[str, Any]) -> dict[str, Any]:
+    """A status as far as it says something besides its words: phase, counts, reasons."""
+    kept = {k: v for k, v in status.items() if k != "message"}
+    kept["conditions"] = [
+        {k: v for k, v in c.items() if k not in ("message", "lastTransitionTime")}
+        for c in status.get("conditions") or ()
+    ]
+    return kept
+
+
 def test_three_hundred_workers_that_do_not_fit_give_a_few_events_and_writes(
     jobs: Jobs, namespace: str, cluster: KubeCluster
 ) -> None:
@@ -411,24 +422,40 @@ def test_three_hundred_workers_that_do_not_fit_give_a_few_events_and_writes(
 
     writes = status_writes()
     applied = time.monotonic()
-    jobs.apply(hvjob("crowd", replicas=replicas, scheduling={"gang": {"policy": "None"}}))
-    jobs.op.wait(lambda: len(jobs.pods("crowd")) == replicas, 60, "every worker pod created")
-    jobs.op.wait(lambda: jobs.condition("crowd", "Stalled"), 30, "Stalled")
-    # The first minute: creation, the scheduler's walk, the slow pods' Events read, and
-    # GPUs freed three times.
-    for holder in holders:
-        time.sleep(10)
-        cluster.kubectl("delete", "pod", holder, "-n", namespace, "--wait=false")
-    time.sleep(max(0.0, applied + 60 - time.monotonic()))
-    running = (jobs.status("crowd").get("workers") or {}).get("running")
-    assert running is not None and running > 8, running  # the walk did move
-    written = status_writes() - writes
+    with cluster.watch("horovodjob", "crowd", namespace) as versions:
+        jobs.apply(hvjob("crowd", replicas=replicas, scheduling={"gang": {"policy": "None"}}))
+        jobs.op.wait(lambda: len(jobs.pods("crowd")) == replicas, 60, "every worker pod created")
+        jobs.op.wait(lambda: jobs.condition("crowd", "Stalled"), 30, "Stalled")
+        # The first minute: creation, the scheduler's walk, the slow pods' Events read,
+        # and GPUs freed three times.
+        for holder in holders:
+            time.sleep(10)
+            cluster.kubectl("delete", "pod", holder, "-n", namespace, "--wait=false")
+        time.sleep(max(0.0, applied + 60 - time.monotonic()))
+        running = (jobs.status("crowd").get("workers") or {}).get("running")
+        assert running is not None and running > 8, running  # the walk did move
+        written = status_writes() - writes
+        time.sleep(1)  # the watch's last events on their way
+    # Each status write says something new: the first status, Stalled, the worker
+    # counts as the scheduler places pods (progress, at most one write a second). Only
+    # the words of the first cause may change alone, from one pod to many and once for
+    # "(and more: ...)"; a moving count or pod name in them would be a write each pass.
+    # How many count writes there are is the scheduler's pace, so it is not bounded.
+    statuses = [v.get("status") or {} for v in versions]
+    changes = [(a, b) for a, b in itertools.pairwise(statuses) if a != b]
+    words_only = [
+        (a.get("conditions"), b.get("conditions"))
+        for a, b in changes
+        if without_messages(a) == without_messages(b)
+    ]
+    assert len(words_only) <= 2, (len(changes), words_only)
+    assert len(changes) >= 3, statuses  # the first status, Stalled, the walk: seen
     posted = [(e["reason"], e["message"][:200]) for e in jobs.events("crowd")]
-    # One Event for the cause (plus, at most, its change from one pod to many), and
-    # writes for the worker counts the user sees move, at most one a second:
-    # the first status, Stalled, and each time GPUs were freed.
+    # One Event for the cause (plus, at most, its change from one pod to many).
     assert len(posted) <= 3, (written, posted)
-    assert written <= 2 + 2 * len(holders), (written, posted)
+    # Every PATCH made a version (a write that changes nothing is a wasted request);
+    # a conflict or two may have been retried.
+    assert written <= len(changes) + 3, (written, len(changes), posted)
     stalled = jobs.condition("crowd", "Stalled")
     assert stalled is not None and stalled["reason"] == "Unschedulable", stalled
     assert stalled["message"].startswith("worker pods wait: 0/"), stalled
