@@ -442,7 +442,9 @@ def _merge_named(existing: list[Obj], ours: list[Obj], key: str = "name") -> lis
 
 def _main_container(pod_spec: Obj, name: str) -> Obj:
     """The container the operator configures: the one called `name`, else the first."""
-    containers: list[Obj] = pod_spec.setdefault("containers", [])
+    # null is absent to the API server, and so here.
+    containers: list[Obj] = pod_spec.get("containers") or []
+    pod_spec["containers"] = containers
     for container in containers:
         if container.get("name") == name:
             return container

@@ -23,7 +23,7 @@ from typing import Final
 from . import metrics, names
 from .decide import decide
 from .executor import Executor
-from .kube import Kube
+from .kube import Kube, KubeError
 from .memory import Key
 from .observing import ObserveSettings
 from .status_writing import StaleView
@@ -179,6 +179,8 @@ class Reconciler:
                         delay,
                         error,
                         extra=names.log_fields(*key),
+                        # Anything but the API's answer is a bug of ours: its traceback.
+                        exc_info=not isinstance(error, KubeError),
                     )
                     self._schedule(key, delay)
                 finally:

@@ -140,6 +140,9 @@ def check_job_name(name: str, replicas: int) -> None:
 # each must have. The API server checks the rest when the pod is created.
 _LIST_OF_OBJECTS: Final = ("containers", "initContainers", "volumes", "tolerations")
 _CONTAINER_LISTS: Final = ("env", "envFrom", "volumeMounts", "ports")
+# The key by which the builders merge their entries into a list of the template's
+# (ours replace the user's that share it): a string wherever it is given.
+_MERGE_KEYS: Final = {"volumes": "name", "env": "name", "volumeMounts": "mountPath"}
 
 
 def check_template_shape(template: Any) -> None:
@@ -162,10 +165,12 @@ def check_template_shape(template: Any) -> None:
     spec = template.get("spec") or {}
     for key in _LIST_OF_OBJECTS:
         _check_list_of_objects(spec.get(key), f"spec.{key}")
+    _check_merge_keys(spec.get("volumes"), "volumes", "spec.volumes")
     for index, container in enumerate(spec.get("containers") or []):
         where = f"spec.containers[{index}]"
         for key in _CONTAINER_LISTS:
             _check_list_of_objects(container.get(key), f"{where}.{key}")
+            _check_merge_keys(container.get(key), key, f"{where}.{key}")
         for key in ("command", "args"):
             value = container.get(key)
             if value is not None and not (
@@ -184,6 +189,17 @@ def _check_list_of_objects(value: Any, where: str) -> None:
     for index, item in enumerate(value):
         if not isinstance(item, dict):
             raise ValueError(f"{where}[{index}] must be an object, got {_json_type(item)}")
+
+
+def _check_merge_keys(value: Any, list_name: str, where: str) -> None:
+    key = _MERGE_KEYS.get(list_name)
+    if key is None:
+        return
+    for index, item in enumerate(value or []):
+        if item.get(key) is not None and not isinstance(item[key], str):
+            raise ValueError(
+                f"{where}[{index}].{key} must be a string, got {_json_type(item[key])}"
+            )
 
 
 def _json_type(value: Any) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -436,3 +437,31 @@ def test_a_delete_that_failed_is_sent_again_at_the_next_reconcile() -> None:
 
     asyncio.run(run())
     assert sent == ["j-worker-0", "j-worker-1", "j-worker-1"]
+
+
+def test_a_builder_bug_is_logged_with_its_traceback_and_retried_not_blamed_on_the_spec(
+    monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A builder that raises is our bug: the job stays as it was (no InvalidSpec, no
+    write at all), the log has the traceback, and the job is tried again later."""
+    from horovod_operator import builders
+
+    def broken(*_: Any, **__: Any) -> dict[str, Any]:
+        raise TypeError("a bug of ours")
+
+    monkeypatch.setattr(builders, "new_worker_pod", broken)
+    kube = FakeKube()
+    loop = reconciler(kube)
+
+    async def run() -> None:
+        loop.batch_window = 0
+        loop.trigger(KEY)
+        await wait_for(lambda: loop._errors.get(KEY), 5, "a failed pass")
+        await loop.shutdown()
+
+    with caplog.at_level(logging.WARNING, "horovod_operator.reconciler"):
+        asyncio.run(run())
+    failed = [r for r in caplog.records if "reconcile of ns/j failed" in r.getMessage()]
+    assert failed and failed[0].exc_info is not None, caplog.text
+    assert failed[0].exc_info[0] is TypeError
+    assert writes(kube) == []
