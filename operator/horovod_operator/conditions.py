@@ -170,3 +170,10 @@ def enter_phase(
     if own is not None:
         conditions = set_condition(conditions, own, True, reason, message, now)
     status.conditions = conditions
+
+
+def fail(status: HorovodJobStatus, reason: str, message: str, now: datetime) -> HorovodJobStatus:
+    """Failed for `reason`, finished now."""
+    status.completion_time = format_time(now)
+    enter_phase(status, "Failed", reason, message, now)
+    return status

@@ -17,7 +17,7 @@ Obj = Mapping[str, Any]
 Index = Mapping[Key, Collection[Obj]]
 
 # A change of progress alone (worker counters, Pending -> Starting, the launcher
-# created: phases.progress_only) is written at most this often per job: while
+# created: status_writing.progress_only) is written at most this often per job: while
 # hundreds of pods start, every batch would otherwise cost a status patch.
 PROGRESS_INTERVAL: Final = 1.0
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any, Final
 
 from . import metrics, names
 from .api import TERMINAL_PHASES, HorovodJobStatus, parse_status
-from .conditions import now_utc, parse_time
+from .conditions import CREATED, now_utc, parse_time
 from .kube import Kube, KubeError
 from .memory import PROGRESS_INTERVAL, JobMemory, Key, Obj
-from .phases import progress_only, status_body
 from .plan import WorkloadStatusPatch
 
 logger = logging.getLogger(__name__)
@@ -120,3 +120,46 @@ def _count_transition(key: Key, before: str | None, status: HorovodJobStatus) ->
         status.message,
         extra=names.log_fields(*key),
     )
+
+
+# --- comparing statuses ------------------------------------------------------------------
+
+# How far a start has got: worker counters, the launcher's own phase, Pending ->
+# Starting, the Created condition and the waiting reason. The reconciler may
+# hold a change of these alone for a moment, since a later change (Running, a
+# failure) often supersedes it.
+PROGRESS_PHASES: Final = frozenset({"Pending", "Starting"})
+_PROGRESS_KEYS: Final = frozenset(
+    {"workers", "launcher", "phase", "conditions", "reason", "message"}
+)
+
+
+def progress_only(stored: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """True when two status bodies (as status_body makes them) differ only in progress.
+
+    A first status (nothing stored) and every change of phase other than Pending
+    <-> Starting, of any condition but Created, of restarts, failures or times are
+    not progress: users and the operator's own next step wait for those.
+    """
+    if not stored:
+        return False
+    phases = {stored.get("phase"), new.get("phase")}
+    if len(phases) > 1 and not phases <= PROGRESS_PHASES:
+        return False
+    for key in set(stored) | set(new):
+        if stored.get(key) == new.get(key):
+            continue
+        if key not in _PROGRESS_KEYS:
+            return False
+        if key == "conditions" and _other_conditions(stored) != _other_conditions(new):
+            return False
+    return True
+
+
+def _other_conditions(status: Mapping[str, Any]) -> list[Any]:
+    return [c for c in status.get("conditions") or () if c.get("type") != CREATED]
+
+
+def status_body(status: HorovodJobStatus) -> dict[str, Any]:
+    """The status as the API stores it (camelCase, no nulls)."""
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -12,7 +12,6 @@ from horovod_operator.api import MAX_SECONDS, HorovodJobStatus, parse_job, parse
 from horovod_operator.builders import new_config_map
 from horovod_operator.children import sort_children
 from horovod_operator.decide import decide
-from horovod_operator.phases import status_body
 from horovod_operator.plan import (
     Delete,
     Event,
@@ -23,6 +22,7 @@ from horovod_operator.plan import (
     Refusal,
 )
 from horovod_operator.sshkeys import KeyPair
+from horovod_operator.status_writing import status_body
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 NOW_S = "2026-01-01T12:00:00Z"

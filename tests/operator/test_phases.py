@@ -7,15 +7,11 @@ from typing import Any
 import pytest
 
 from horovod_operator.api import Failure, HorovodJob, HorovodJobStatus, parse_job, parse_status
+from horovod_operator.attempt_failures import wrong_world_size
 from horovod_operator.children import Children, sort_children, stale_children
 from horovod_operator.conditions import set_condition
-from horovod_operator.phases import (
-    compute_status,
-    invalid_spec_status,
-    progress_only,
-    status_body,
-    wrong_world_size,
-)
+from horovod_operator.phases import compute_status, invalid_spec_status
+from horovod_operator.status_writing import progress_only, status_body
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T0 = "2026-01-01T11:59:00Z"
