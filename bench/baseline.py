@@ -29,7 +29,8 @@ from typing import Any
 
 from horovod_operator import builders, names
 from horovod_operator.api import GROUP, PLURAL, VERSION, parse_job
-from horovod_operator.kube import Kube, KubeError
+from horovod_operator.kube import Kube
+from horovod_operator.kube_errors import KubeError
 from horovod_operator.sshkeys import generate_key_pair
 from localcluster.kube import Client
 

@@ -13,7 +13,8 @@ from typing import Any, Final
 from . import metrics, names, views
 from .children import controlled_by, describe_owner, role_of
 from .conditions import format_time, now_utc
-from .kube import Kube, KubeError
+from .kube import Kube
+from .kube_errors import KubeError
 from .memory import PROGRESS_INTERVAL, JobMemory, Key, Obj, Refused
 from .observing import Observer, terminating
 from .plan import Delete, Event, Plan, PodSweep, Refusal

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
@@ -26,8 +25,11 @@ from urllib.parse import urlencode
 
 import urllib3
 
-from .api import GROUP, PLURAL, VERSION
+from .api import GROUP, VERSION
+from .api_paths import collection_path
 from .connection import Connection, load_connection
+from .kube_errors import KubeError, NotLeader
+from .rate_limit import DIAGNOSTIC_BURST, DIAGNOSTIC_QPS, RateLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -36,99 +38,6 @@ Obj = dict[str, Any]
 FIELD_MANAGER: Final = "horovod-operator"
 # (connect, read) seconds of every request.
 REQUEST_TIMEOUT: Final = (10.0, 60.0)
-
-
-class NotLeader(Exception):
-    """A write refused before it was sent: this replica cannot prove it holds the
-    leader Lease now (leader.py), so another may already act."""
-
-
-class KubeError(Exception):
-    """An API error response, with the HTTP status and the server's message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-
-# The budget of the describing reads (Kube._diagnostics: rank 0's log, slow pods'
-# Events), beside the client QPS/burst that creates and status writes share.
-DIAGNOSTIC_QPS: Final = 5.0
-DIAGNOSTIC_BURST: Final = 10
-
-
-class RateLimiter:
-    """Token bucket: `qps` requests per second on average, `burst` at once."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps = qps
-        self.burst = max(1, burst)
-        self._tokens = float(self.burst)
-        self._updated = time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> None:
-        if self.qps <= 0:
-            return
-        async with self._lock:
-            while True:
-                now = time.monotonic()
-                self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.qps)
-                self._updated = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
-                    return
-                await asyncio.sleep((1 - self._tokens) / self.qps)
-
-
-# Where each kind lives in the API.
-_PATHS: Final[dict[str, str]] = {
-    "Pod": "/api/v1/namespaces/{namespace}/pods",
-    "Secret": "/api/v1/namespaces/{namespace}/secrets",
-    "ConfigMap": "/api/v1/namespaces/{namespace}/configmaps",
-    "Service": "/api/v1/namespaces/{namespace}/services",
-    "Event": "/api/v1/namespaces/{namespace}/events",
-    "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
-    "HorovodJob": f"/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{PLURAL}",
-    "Lease": "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases",
-    "PodGroup": "/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups",
-    # Kueue (queueing.py); flavors and priority classes are cluster-scoped.
-    "Workload": "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads",
-    "ResourceFlavor": "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
-    "WorkloadPriorityClass": "/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
-    "PriorityClass": "/apis/scheduling.k8s.io/v1/priorityclasses",
-    # The worker's DRA claims (claims.py), read by name.
-    "ResourceClaimTemplate": (
-        "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates"
-    ),
-    "CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-}
-# Kinds that more than one API group names: the PodGroups of Volcano and of
-# scheduler-plugins' coscheduling (podgroups.py), by apiVersion.
-_GROUP_PATHS: Final[dict[tuple[str, str], str]] = {
-    ("scheduling.volcano.sh/v1beta1", "PodGroup"): (
-        "/apis/scheduling.volcano.sh/v1beta1/namespaces/{namespace}/podgroups"
-    ),
-    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): (
-        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups"
-    ),
-}
-
-
-def _path(kind: str, namespace: str, api_version: str = "") -> str:
-    """The collection of `kind` (of `api_version` where two groups share the kind)."""
-    template = _GROUP_PATHS.get((api_version, kind)) or _PATHS[kind]
-    return template.format(namespace=namespace)
 
 
 class Kube:
@@ -307,7 +216,7 @@ class Kube:
     async def create(self, obj: Obj) -> Obj:
         """Create `obj`; raises KubeError (409 when the name is taken)."""
         kind = obj["kind"]
-        path = _path(kind, obj["metadata"]["namespace"], str(obj.get("apiVersion") or ""))
+        path = collection_path(kind, obj["metadata"]["namespace"], str(obj.get("apiVersion") or ""))
         return await self._request(
             "POST", kind, path, body=obj, query={"fieldManager": FIELD_MANAGER}
         )
@@ -316,7 +225,7 @@ class Kube:
         """core/v1 Events in `namespace` matching a field selector: a diagnosis, on the
         diagnostics budget (never a token a create waits for), served from the API
         server's watch cache (resourceVersion 0: a second's staleness is fine here)."""
-        path = _PATHS["Event"].format(namespace=namespace)
+        path = collection_path("Event", namespace)
         query = {"fieldSelector": field_selector, "resourceVersion": "0"}
         data = await self._request(
             "GET", "Event", path, query=query, counted_as="LIST", limiter=self._diagnostics
@@ -325,7 +234,7 @@ class Kube:
         return items
 
     async def get(self, kind: str, namespace: str, name: str, api_version: str = "") -> Obj | None:
-        path = _path(kind, namespace, api_version) + f"/{name}"
+        path = collection_path(kind, namespace, api_version) + f"/{name}"
         try:
             return await self._request("GET", kind, path)
         except KubeError as error:
@@ -336,7 +245,7 @@ class Kube:
     async def replace(self, obj: Obj) -> Obj:
         """PUT `obj`, conditional on its metadata.resourceVersion (409 if it moved)."""
         meta = obj["metadata"]
-        path = _PATHS[obj["kind"]].format(namespace=meta["namespace"]) + f"/{meta['name']}"
+        path = collection_path(obj["kind"], meta["namespace"]) + f"/{meta['name']}"
         return await self._request(
             "PUT", obj["kind"], path, body=obj, query={"fieldManager": FIELD_MANAGER}
         )
@@ -344,7 +253,7 @@ class Kube:
     async def merge_patch(
         self, kind: str, namespace: str, name: str, patch: Obj, subresource: str = ""
     ) -> Obj:
-        path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
+        path = collection_path(kind, namespace) + f"/{name}"
         if subresource:
             path += f"/{subresource}"
         return await self._request(
@@ -371,7 +280,7 @@ class Kube:
         (what `kubectl delete --force` does for a pod on a lost node). With `uid`,
         only that object: another of the same name (re-created meanwhile) answers
         409 and is kept, which counts as gone too."""
-        path = _PATHS[kind].format(namespace=namespace) + f"/{name}"
+        path = collection_path(kind, namespace) + f"/{name}"
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         if grace_period is not None:
             body["gracePeriodSeconds"] = grace_period
@@ -399,7 +308,7 @@ class Kube:
         if field_selector:
             query["fieldSelector"] = field_selector
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
-        path = _path(kind, namespace, api_version)
+        path = collection_path(kind, namespace, api_version)
         listed = await self._request(
             "DELETE", kind, path, body=body, query=query, counted_as="DELETECOLLECTION"
         )
@@ -418,7 +327,7 @@ class Kube:
     # --- the HorovodJob ------------------------------------------------------------------
 
     async def get_job(self, namespace: str, name: str) -> Obj | None:
-        path = _PATHS["HorovodJob"].format(namespace=namespace) + f"/{name}"
+        path = collection_path("HorovodJob", namespace) + f"/{name}"
         try:
             return await self._request("GET", "HorovodJob", path)
         except KubeError as error:
@@ -434,7 +343,7 @@ class Kube:
         The precondition turns a status computed from a stale body into a 409
         conflict instead of a lost update (for example a restart counted twice).
         """
-        path = _PATHS["HorovodJob"].format(namespace=namespace) + f"/{name}/status"
+        path = collection_path("HorovodJob", namespace) + f"/{name}/status"
         patch: Obj = {"status": status}
         if resource_version is not None:
             patch["metadata"] = {"resourceVersion": resource_version}

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from .kube import Kube, KubeError
+from .kube import Kube
+from .kube_errors import KubeError
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from .children import (
 )
 from .conditions import now_utc, parse_time
 from .discovery import Discovery
-from .kube import Kube, KubeError
+from .kube import Kube
+from .kube_errors import KubeError
 from .memory import Indexes, JobMemory, Key, Obj
 from .plan import Observation, Priority
 from .pod_warnings import PodWarnings, Warning

@@ -8,7 +8,7 @@ work share: a 2,048-worker job on a silent node cost 2,048 LISTs every 10 s, one
 reconcile took over 40 s, every other job waited for tokens, and /healthz turned
 red. Now a reconcile only says which of its job's pods it wants explained (`want`,
 no request); one task (`run`) reads each such namespace's Pod Warning Events at most
-once per `interval`, on the client's diagnostics budget (kube.DIAGNOSTIC_QPS), keeps
+once per `interval`, on the client's diagnostics budget (rate_limit.DIAGNOSTIC_QPS), keeps
 the newest per wanted pod, and wakes the jobs whose answer changed."""
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
@@ -37,23 +36,20 @@ from . import metrics, names, training_log
 from .api import STARTING_PHASES, TERMINAL_PHASES, manager_of
 from .conditions import format_time, now_utc, parse_time
 from .first_step import REASON_TRAINING_STARTED, rank0_sources
-from .kube import Kube, KubeError
+from .kube import Kube
+from .kube_errors import KubeError
 from .memory import Indexes, Key
+from .progress_watch import JobWatch, new_watch, who_hangs
 
 logger = logging.getLogger(__name__)
 
 READ_LIMIT: Final = 1024 * 1024
 READ_INTERVAL: Final = 30.0
 WRITE_INTERVAL: Final = 30.0
-# Before the first step: soon after the launcher runs, then less often.
-MIN_INTERVAL: Final = 2.0
+# Before the first step: soon after the launcher runs (MIN_INTERVAL), then less often.
 MAX_INTERVAL: Final = 30.0
-# A hang's message names this many ranks (and counts the rest); its status keeps more.
-MAX_NAMED: Final = 5
+# A hang's status keeps this many ranks (its message names fewer: progress_watch).
 MAX_RANKS: Final = 32
-# A job that started training before this process and has no status.progress: its
-# log is read from this many seconds ago, not from its start.
-RESTART_LOOKBACK: Final = 600
 # Reads tried for the first step of a job that ended before it was read.
 LAST_LOOKS: Final = 3
 
@@ -61,30 +57,6 @@ LAST_LOOKS: Final = 3
 def read_interval(deadline: int | None) -> float:
     """Seconds between two reads of a started job: a hang is found at most this late."""
     return min(READ_INTERVAL, deadline / 4) if deadline else READ_INTERVAL
-
-
-@dataclass
-class _Watch:
-    uid: str
-    attempt: int
-    due: float
-    delay: float = MIN_INTERVAL
-    source: str | None = None  # the pod rank 0's lines were found in
-    cursor: str | None = None  # the newest line's timestamp read so far
-    caught_up: bool = False  # the last read reached the end of the log
-    started: bool = False  # firstStepTime is known
-    step: int | None = None
-    moved: str | None = None  # when the step last changed (the line's time)
-    record: dict[str, Any] = field(default_factory=dict)
-    size: int | None = None
-    hosts: dict[int, str] = field(default_factory=dict)
-    missing: list[int] | None = None  # the stall inspector's latest report
-    missing_stamp: str | None = None
-    written: dict[str, Any] = field(default_factory=dict)  # status.progress as last written
-    written_at: float = 0.0
-    hung: bool = False
-    heard: dict[int, str] = field(default_factory=dict)  # rank -> its last HVJOB_WAITING
-    last_looks: int = 0  # reads tried after the job ended
 
 
 class ProgressWatcher:
@@ -101,7 +73,7 @@ class ProgressWatcher:
         self._indexes = indexes
         self._active = active
         self.tick = tick
-        self._watches: dict[Key, _Watch] = {}
+        self._watches: dict[Key, JobWatch] = {}
         # Jobs this process saw Pending or Starting and not yet Running: one that ends
         # from there still gets a last look (status writes can skip Running).
         self._starting: set[Key] = set()
@@ -140,7 +112,7 @@ class ProgressWatcher:
                 continue
             self._starting.discard(key)
             if watch is None:
-                watch = self._watches[key] = _new_watch(uid, attempt, status, now_s)
+                watch = self._watches[key] = new_watch(uid, attempt, status, now_s)
             if watch.moved is not None:
                 seconds = (now_utc() - parse_time(watch.moved)).total_seconds()
                 metrics.JOB_SECONDS_SINCE_PROGRESS.labels(*key).set(max(0.0, seconds))
@@ -155,7 +127,7 @@ class ProgressWatcher:
         key: Key,
         body: Mapping[str, Any],
         pods: list[Mapping[str, Any]],
-        watch: _Watch | None,
+        watch: JobWatch | None,
         now_s: float,
     ) -> None:
         """A short job can end between two looks, or before this process saw it
@@ -165,7 +137,7 @@ class ProgressWatcher:
         times, after the usual backoff."""
         status = body.get("status") or {}
         if watch is None and key in self._starting:
-            watch = self._watches[key] = _new_watch(
+            watch = self._watches[key] = new_watch(
                 str(body["metadata"].get("uid") or ""), int(status.get("restarts") or 0),
                 status, now_s,
             )  # fmt: skip
@@ -191,7 +163,7 @@ class ProgressWatcher:
         key: Key,
         body: Mapping[str, Any],
         pods: list[Mapping[str, Any]],
-        watch: _Watch,
+        watch: JobWatch,
         now_s: float,
         final: bool = False,
     ) -> bool:
@@ -247,7 +219,7 @@ class ProgressWatcher:
         return True
 
     def _learn(
-        self, watch: _Watch, reading: training_log.Reading, body: Mapping[str, Any], final: bool
+        self, watch: JobWatch, reading: training_log.Reading, body: Mapping[str, Any], final: bool
     ) -> str | None:
         """Fold a reading into `watch`; the firstStepTime to write, if it is new."""
         if reading.last_stamp is not None:
@@ -277,7 +249,7 @@ class ProgressWatcher:
         return first
 
     def _progress(
-        self, key: Key, watch: _Watch, now_s: float, deadline: int | None, body: Mapping[str, Any]
+        self, key: Key, watch: JobWatch, now_s: float, deadline: int | None, body: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         """status.progress to write now, or None (unchanged, or not yet worth a write)."""
         if watch.step is None and watch.size is None:
@@ -311,7 +283,7 @@ class ProgressWatcher:
         return None
 
     def _hung(
-        self, watch: _Watch, body: Mapping[str, Any], deadline: int | None
+        self, watch: JobWatch, body: Mapping[str, Any], deadline: int | None
     ) -> dict[str, Any] | None:
         if not deadline or watch.moved is None:
             return None
@@ -320,7 +292,7 @@ class ProgressWatcher:
         if silent <= deadline:
             return None
         step = f"step {watch.step}" if watch.step is not None else "the last step"
-        message, ranks, pods = _who_hangs(watch, body)
+        message, ranks, pods = who_hangs(watch, body)
         return {
             "time": format_time(now),
             "message": f"no new step for {silent:.0f}s (progressDeadlineSeconds {deadline}) "
@@ -330,7 +302,12 @@ class ProgressWatcher:
         }
 
     async def _write(
-        self, key: Key, body: Mapping[str, Any], patch: dict[str, Any], watch: _Watch, now_s: float
+        self,
+        key: Key,
+        body: Mapping[str, Any],
+        patch: dict[str, Any],
+        watch: JobWatch,
+        now_s: float,
     ) -> None:
         try:
             await self.kube.patch_job_status(key[0], key[1], None, patch)
@@ -358,93 +335,3 @@ class ProgressWatcher:
             body, "Normal", REASON_TRAINING_STARTED, message, format_time(now_utc())
         )
         logger.info("job %s/%s: %s", *key, message, extra=names.log_fields(*key))
-
-
-def _new_watch(uid: str, attempt: int, status: Mapping[str, Any], now_s: float) -> _Watch:
-    """A job's watch; after an operator restart, from where the status says it was
-    (the log is read again from the step's last move: the lines since)."""
-    watch = _Watch(uid=uid, attempt=attempt, due=now_s)
-    watch.started = bool(status.get("firstStepTime"))
-    stored = status.get("progress") or {}
-    if stored.get("attempt", 0) == attempt and stored:
-        watch.written = {k: v for k, v in stored.items() if k != "hung"}
-        watch.step, watch.moved = stored.get("step"), stored.get("lastProgressTime")
-        watch.size = stored.get("worldSize")
-        watch.record = {k: stored[k] for k in ("epoch", "samplesPerSecond") if k in stored}
-        watch.cursor = watch.moved
-        watch.hung = "hung" in stored
-    elif watch.started:
-        # Started before this process, no progress stored: the recent lines are
-        # enough (the whole log of a long job would take many reads).
-        watch.cursor = format_time(now_utc() - timedelta(seconds=RESTART_LOOKBACK))
-    return watch
-
-
-def _who_hangs(watch: _Watch, body: Mapping[str, Any]) -> tuple[str, list[int], list[str]]:
-    """(what went silent in words, the ranks named, their pods) since the step last moved.
-
-    Two witnesses. Ranks that are alive but blocked print HVJOB_WAITING; with every
-    rank's output in one log (mpi: the launcher's), a rank of the world that printed
-    nothing is frozen (stopped, wedged in the kernel or driver), which Horovod's
-    negotiation blocks on too. Horovod's stall inspector, in rank 0, names ranks
-    alive but not submitting the tensors the others wait for."""
-    spec = body.get("spec") or {}
-    moved = training_log.stamp_key(watch.moved or "")
-
-    def since_move(stamp: str | None) -> bool:
-        return stamp is None or training_log.stamp_key(stamp) > moved
-
-    stalled = sorted(set(watch.missing or ())) if since_move(watch.missing_stamp) else []
-    heard = {rank for rank, stamp in watch.heard.items() if since_move(stamp)}
-    one_log = spec.get("launchMode", "mpi") == "mpi" and not spec.get("elastic")
-    frozen: list[int] = []
-    if one_log and heard and watch.size:
-        frozen = sorted(set(range(watch.size)) - heard - set(stalled))
-    parts = []
-    if frozen:
-        parts.append(
-            f"{_ranks_in_words(watch, body, frozen)} printed nothing while the other ranks "
-            "reported waiting (a stopped or frozen process)"
-        )
-    if stalled:
-        parts.append(
-            f"Horovod's stall inspector names {_ranks_in_words(watch, body, stalled)} as not "
-            "submitting the tensors the other ranks wait for"
-        )
-    named = sorted({*frozen, *stalled})
-    if named:
-        pods = list(dict.fromkeys(p for p in (_pod_of(watch, body, r) for r in named) if p))
-        return "; ".join(parts), named, pods
-    rank0 = watch.source or names.launcher_name(body["metadata"]["name"])
-    if 0 in heard:
-        text = (
-            f"rank 0 ({rank0}) reports waiting and Horovod's stall inspector named no rank: a "
-            "rank whose output this operator does not read (gloo: another worker's log) is "
-            "stuck, or a collective does not return (NCCL, the network)"
-        )
-    else:
-        text = (
-            f"no rank reported waiting and Horovod's stall inspector, which runs in rank 0 "
-            f"({rank0}), named no rank: rank 0 itself may be stuck, or every rank is inside a "
-            "collective that does not return (NCCL, the network)"
-        )
-    return text, [], [rank0]
-
-
-def _pod_of(watch: _Watch, body: Mapping[str, Any], rank: int) -> str | None:
-    """The pod a rank runs in: its start line's hostname, else (a fixed-size job) the
-    worker its slot is on."""
-    host = watch.hosts.get(rank, "")
-    if host:
-        return host.split(".")[0]
-    spec = body.get("spec") or {}
-    if spec.get("elastic"):
-        return None
-    slots = int(spec.get("slotsPerWorker") or 1)
-    return names.worker_name(body["metadata"]["name"], rank // slots)
-
-
-def _ranks_in_words(watch: _Watch, body: Mapping[str, Any], ranks: list[int]) -> str:
-    words = [f"rank {r} ({_pod_of(watch, body, r) or 'pod unknown'})" for r in ranks[:MAX_NAMED]]
-    more = f" and {len(ranks) - MAX_NAMED} more" if len(ranks) > MAX_NAMED else ""
-    return ", ".join(words) + more

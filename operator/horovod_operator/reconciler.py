@@ -23,7 +23,8 @@ from typing import Final
 from . import metrics, names
 from .decide import decide
 from .executor import Executor
-from .kube import Kube, KubeError
+from .kube import Kube
+from .kube_errors import KubeError
 from .memory import Key
 from .observing import ObserveSettings
 from .status_writing import StaleView

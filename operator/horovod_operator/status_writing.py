@@ -13,7 +13,8 @@ from typing import Any, Final
 from . import metrics, names
 from .api import TERMINAL_PHASES, HorovodJobStatus, parse_status
 from .conditions import CREATED, now_utc, parse_time
-from .kube import Kube, KubeError
+from .kube import Kube
+from .kube_errors import KubeError
 from .memory import PROGRESS_INTERVAL, JobMemory, Key, Obj
 from .plan import WorkloadStatusPatch
 

@@ -12,7 +12,7 @@ from horovod_operator import claims
 from horovod_operator.applying import dropped_fields
 from horovod_operator.claims import TemplateRef, WorkerClaims
 from horovod_operator.decide import decide
-from horovod_operator.kube import KubeError
+from horovod_operator.kube_errors import KubeError
 from horovod_operator.observing import Observer
 
 from .test_decide import NO_GANG, body, cond, created, observe, stored

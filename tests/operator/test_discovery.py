@@ -8,7 +8,7 @@ from typing import Any
 
 from horovod_operator.decide import decide
 from horovod_operator.discovery import FEATURES, KUEUE, Discovery, Feature
-from horovod_operator.kube import KubeError
+from horovod_operator.kube_errors import KubeError
 from tests.operator.test_decide import body, cond, created, observe
 
 

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from horovod_operator.connection import Connection
-from horovod_operator.kube import DIAGNOSTIC_QPS, Kube
+from horovod_operator.kube import Kube
+from horovod_operator.rate_limit import DIAGNOSTIC_QPS
 
 
 class _Logs(http.server.BaseHTTPRequestHandler):

@@ -7,7 +7,7 @@ import copy
 import time
 from typing import Any
 
-from horovod_operator.kube import KubeError
+from horovod_operator.kube_errors import KubeError
 from horovod_operator.leader import LeaderElector
 from tests.support.aio import holds, wait_for
 

@@ -93,7 +93,7 @@ def test_the_reader_keeps_to_its_interval() -> None:
 
 
 def test_a_refused_read_wakes_nobody_keeps_the_last_answer_and_is_tried_again() -> None:
-    from horovod_operator.kube import KubeError
+    from horovod_operator.kube_errors import KubeError
 
     events = Events()
     events.items["ns"] = [event("j-worker-0", "FailedMount", "2026-01-01T00:00:00Z")]

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from horovod_operator import progress
-from horovod_operator.kube import KubeError
+from horovod_operator import progress, progress_watch
+from horovod_operator.kube_errors import KubeError
 from horovod_operator.memory import Indexes
 from horovod_operator.progress import ProgressWatcher
 
@@ -340,5 +340,5 @@ def test_a_refused_read_writes_nothing_and_is_asked_again_after_a_backoff(code: 
     asyncio.run(watcher.scan(101.0))  # within the backoff: not asked again
     assert len(kube.reads) == 1 and kube.patches == []  # no read, so no hang declared
     kube.pod_log = answers  # type: ignore[method-assign]
-    asyncio.run(watcher.scan(100.0 + progress.MIN_INTERVAL))
+    asyncio.run(watcher.scan(100.0 + progress_watch.MIN_INTERVAL))
     assert "hung" in kube.patches[-1]["progress"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from horovod_operator import queueing
+from horovod_operator import kueue_admission
 from horovod_operator.api import parse_job
 from horovod_operator.builders import new_launcher_job, new_worker_pod
 
@@ -40,7 +40,7 @@ def test_a_ready_checks_updates_reach_the_pods_beside_the_flavors() -> None:
         nodeSelector={"node.kubernetes.io/instance-type": "p5"},
         tolerations=[PROVISIONED],
     )
-    admissions = queueing.pod_set_admissions(_workload([ready]), {"a100": FLAVOR})
+    admissions = kueue_admission.pod_set_admissions(_workload([ready]), {"a100": FLAVOR})
     assert admissions is not None
     worker = admissions["worker"]
     assert worker.node_selector == {"pool": "a100", "node.kubernetes.io/instance-type": "p5"}
@@ -68,7 +68,7 @@ def test_a_ready_checks_updates_reach_the_pods_beside_the_flavors() -> None:
 
 def test_a_check_not_ready_changes_nothing() -> None:
     pending = _check("Pending", nodeSelector={"x": "y"}, labels={"a": "b"})
-    admissions = queueing.pod_set_admissions(_workload([pending]), {"a100": FLAVOR})
+    admissions = kueue_admission.pod_set_admissions(_workload([pending]), {"a100": FLAVOR})
     assert admissions is not None
     assert admissions["worker"].node_selector == {"pool": "a100"}
     assert admissions["worker"].labels == {}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from horovod_operator import executor, sshkeys
-from horovod_operator.kube import KubeError
+from horovod_operator.kube_errors import KubeError
 from horovod_operator.memory import Index, Indexes, JobMemory
 from horovod_operator.plan import Delete
 from horovod_operator.reconciler import TRIGGER_CHUNK, Reconciler, retry_delay
