@@ -62,20 +62,28 @@ def read_phases(path: Path) -> list[tuple[str, int]]:
 WARM_STEP = re.compile(r"^\[warm-up\] (.+): (done in|failed \(exit \d+\) after) (\d+)s")
 
 
-def read_warm_up(path: Path) -> list[tuple[str, str, int]]:
-    steps = []
+# The last lines of a failed step's output, repeated after its "failed" line.
+WARM_TAIL = "[warm-up]   | "
+
+
+def read_warm_up(path: Path) -> list[tuple[str, str, int, list[str]]]:
+    """(step, outcome, seconds, the last lines of its output when it failed) of each
+    step, in the order they ended."""
+    steps: list[tuple[str, str, int, list[str]]] = []
     for line in path.read_text(errors="replace").splitlines():
         found = WARM_STEP.match(line)
         if found:
             outcome = "done" if found.group(2) == "done in" else "failed"
-            steps.append((found.group(1), outcome, int(found.group(3))))
+            steps.append((found.group(1), outcome, int(found.group(3)), []))
+        elif line.startswith(WARM_TAIL) and steps and steps[-1][1] == "failed":
+            steps[-1][3].append(line[len(WARM_TAIL) :])
     return steps
 
 
 def report(
     phases: list[tuple[str, int]],
     cases: list[tuple[str, str, float, str]],
-    warm: list[tuple[str, str, int]],
+    warm: list[tuple[str, str, int, list[str]]],
     slowest: int,
 ) -> str:
     out = ["[ci] time per phase:"] if phases else []
@@ -94,7 +102,9 @@ def report(
             out.append(f"[ci]   {seconds:>7.1f} s  {tier:<11} {name} ({outcome})")
     if warm:
         out.append("[ci] warm-up steps (beside the tests, idle priority):")
-        out += [f"[ci]   {seconds:>6} s  {step} ({outcome})" for step, outcome, seconds in warm]
+        for step, outcome, seconds, tail in warm:
+            out.append(f"[ci]   {seconds:>6} s  {step} ({outcome})")
+            out += [f"[ci]            | {line}" for line in tail]
     return "\n".join(out)
 
 

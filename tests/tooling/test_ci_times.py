@@ -31,6 +31,8 @@ def test_the_report_names_phases_tiers_the_slowest_tests_and_the_warm_up(tmp_pat
         "[warm-up] hack/cluster.sh build kueue ...\n"
         "[warm-up] hack/cluster.sh build kueue: done in 181s\n"
         "[warm-up] hack/images.sh worker tf-gpu: failed (exit 1) after 12s; the tests ...\n"
+        "[warm-up]   | #15 ERROR: no active session\n"
+        "[warm-up] hack/cluster.sh build volcano ...\n"
     )
     proc = subprocess.run(
         [
@@ -63,7 +65,8 @@ def test_the_report_names_phases_tiers_the_slowest_tests_and_the_warm_up(tmp_pat
     assert "test_worker_images::test_e (skipped)" in slowest[0]
     assert "test_kueue::test_b (passed)" in slowest[1]
     assert "181 s  hack/cluster.sh build kueue (done)" in out
-    assert "12 s  hack/images.sh worker tf-gpu (failed)" in out
+    failed = "12 s  hack/images.sh worker tf-gpu (failed)\n"
+    assert failed + "[ci]            | #15 ERROR: no active session\n" in out
 
 
 def test_a_run_that_stopped_early_still_gets_its_phases(tmp_path: Path) -> None:
