@@ -13,6 +13,7 @@ from typing import Any, Final
 from . import metrics, names, views
 from .children import controlled_by, describe_owner, role_of
 from .conditions import format_time, now_utc
+from .kinds import CREATE_STAGES
 from .kube import Kube
 from .kube_errors import KubeError
 from .memory import PROGRESS_INTERVAL, JobMemory, Key, Obj, Refused
@@ -188,8 +189,7 @@ class Applier:
                 "job %s/%s: its SSH Secret is gone; looking again before creating pods", *key
             )
             return 0.0
-        kinds = (("Workload", "Secret", "ConfigMap", "Service", "PodGroup"), ("Pod",), ("Job",))
-        for stage_kinds in kinds:
+        for stage_kinds in CREATE_STAGES:
             stage = [obj for obj in creates if obj["kind"] in stage_kinds]
             now = time.monotonic()
             todo = [

@@ -258,6 +258,10 @@ class Children:
     def all_pods(self) -> list[Obj]:
         return [*self.workers, *self.launcher_pods, *self.stray_launcher_pods]
 
+    def one_of(self, kind: str) -> Obj | None:
+        """The job's own object of a kind it has one of (kinds.DELETED_WHEN_INVALID)."""
+        return {"Secret": self.secret, "ConfigMap": self.config_map, "Service": self.service}[kind]
+
 
 def sort_children(
     uid: str,

@@ -26,8 +26,8 @@ from urllib.parse import urlencode
 import urllib3
 
 from .api import GROUP, VERSION
-from .api_paths import collection_path
 from .connection import Connection, load_connection
+from .kinds import collection_path
 from .kube_errors import KubeError, NotLeader
 from .rate_limit import DIAGNOSTIC_BURST, DIAGNOSTIC_QPS, RateLimiter
 

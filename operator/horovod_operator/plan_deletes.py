@@ -19,6 +19,7 @@ from .conditions import (
     parse_time,
     true_condition,
 )
+from .kinds import DELETED_WHEN_INVALID
 from .phases import due_time
 from .plan import Delete, Observation, Plan, PodSweep
 
@@ -127,13 +128,9 @@ def force_delete_stuck_pods(plan: Plan, seen: Observation) -> None:
 
 
 def delete_everything(plan: Plan, seen: Observation) -> None:
-    children = seen.children
     delete_pods(plan, seen, None, with_launcher=True)
-    for kind, obj in (
-        ("Secret", children.secret),
-        ("ConfigMap", children.config_map),
-        ("Service", children.service),
-    ):
+    for kind in DELETED_WHEN_INVALID:
+        obj = seen.children.one_of(kind)
         if obj is not None and not is_terminating(obj):
             plan.deletes.append(Delete(kind, name_of(obj), uid=uid_of(obj)))
 

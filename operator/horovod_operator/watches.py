@@ -31,8 +31,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from . import names, views
-from .api import GROUP, PLURAL, VERSION
+from . import kinds, names, views
 from .connection import Connection
 from .memory import Indexes, Key
 
@@ -67,10 +66,18 @@ class Kind:
     view: Callable[[Mapping[str, Any]], Obj]
     selector: str | None = names.MANAGED_SELECTOR  # None: every object (HorovodJobs)
 
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        api_kind: kinds.ApiKind,
+        view: Callable[[Mapping[str, Any]], Obj],
+        selector: str | None = names.MANAGED_SELECTOR,
+    ) -> Kind:
+        return cls(name, api_kind.kind, api_kind.api_version, api_kind.plural, view, selector)
+
     def path(self, namespace: str) -> str:
-        root = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        where = f"/namespaces/{namespace}" if namespace else ""
-        return f"{root}{where}/{self.plural}"
+        return kinds.ApiKind(self.kind, self.api_version, self.plural).collection(namespace)
 
     def key(self, obj: Mapping[str, Any]) -> Key | None:
         """The job an object belongs to: a HorovodJob's own name, a child's label."""
@@ -82,14 +89,12 @@ class Kind:
         return (namespace, str(job)) if job else None
 
 
-JOBS: Final = Kind("jobs", "HorovodJob", f"{GROUP}/{VERSION}", PLURAL, views.whole, None)
-PODS: Final = Kind("pods", "Pod", "v1", "pods", views.slim_pod)
-LAUNCHERS: Final = Kind("launchers", "Job", "batch/v1", "jobs", views.whole)
-CONFIG_MAPS: Final = Kind("config_maps", "ConfigMap", "v1", "configmaps", views.slim_config_map)
-SERVICES: Final = Kind("services", "Service", "v1", "services", views.slim_owned)
-WORKLOADS: Final = Kind(
-    "workloads", "Workload", "kueue.x-k8s.io/v1beta2", "workloads", views.slim_workload
-)
+JOBS: Final = Kind.of("jobs", kinds.HOROVOD_JOB, views.whole, None)
+PODS: Final = Kind.of("pods", kinds.POD, views.slim_pod)
+LAUNCHERS: Final = Kind.of("launchers", kinds.LAUNCHER_JOB, views.whole)
+CONFIG_MAPS: Final = Kind.of("config_maps", kinds.CONFIG_MAP, views.slim_config_map)
+SERVICES: Final = Kind.of("services", kinds.SERVICE, views.slim_owned)
+WORKLOADS: Final = Kind.of("workloads", kinds.WORKLOAD, views.slim_workload)
 # Not Secrets: that watch would need the right to list and watch every Secret in
 # the cluster; the job's SSH Secret is read by name instead (observing.Observer._secret).
 ALWAYS: Final = (JOBS, PODS, LAUNCHERS, CONFIG_MAPS, SERVICES)
