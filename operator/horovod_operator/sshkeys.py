@@ -4,9 +4,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from .api import TERMINAL_PHASES
 
 
@@ -18,6 +15,12 @@ class KeyPair:
 
 def generate_key_pair(comment: str = "horovod-operator") -> KeyPair:
     """A new ed25519 key pair in OpenSSH formats (what sshd and ssh read)."""
+    # Imported on the first key, not with the operator: cryptography's bindings are
+    # about 9 MB of resident memory, which an operator that only ever sees gloo or
+    # finished jobs never needs (its idle RSS is measured in docs/benchmarks).
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = Ed25519PrivateKey.generate()
     private = key.private_bytes(
         encoding=serialization.Encoding.PEM,

@@ -143,7 +143,9 @@ def test_an_exec_plugin_goes_through_the_kubernetes_package(tmp_path: Path) -> N
     assert got.authorization() == "Bearer from-exec"
 
 
-def test_the_operator_process_does_not_load_the_kubernetes_package() -> None:
+def test_the_operator_process_does_not_load_the_kubernetes_package_nor_cryptography() -> None:
+    """Neither is needed to start: the SDK's kubernetes never, cryptography (about 9 MB
+    resident) only for the first job's SSH keys."""
     code = textwrap.dedent(
         """\
         import sys
@@ -151,9 +153,13 @@ def test_the_operator_process_does_not_load_the_kubernetes_package() -> None:
         with without_kubernetes_package():
             import kopf
             from horovod_operator import handlers
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] == "kubernetes")
+        loaded = sorted(
+            m for m in sys.modules if m.split(".")[0] in ("kubernetes", "cryptography")
+        )
         print(loaded)
         import kubernetes  # still importable afterwards (exec-plugin kubeconfigs)
+        from horovod_operator import sshkeys
+        sshkeys.generate_key_pair()  # and the keys still come
         """
     )
     env = {
