@@ -459,7 +459,10 @@ class Topology(_Model):
         "gang the scheduler picks a domain where the whole gang fits: the PodGroup's "
         "topology constraint, Kubernetes 1.37's TopologyAwareWorkloadScheduling gate; "
         "otherwise a required pod affinity to the attempt's other workers). Preferred: "
-        "as few domains as the free capacity allows (a preferred pod affinity).",
+        "as few domains as the free capacity allows (a preferred pod affinity). A job in a "
+        "Kueue queue is placed by Kueue's Topology Aware Scheduling instead: its Workload "
+        "asks for the key (a level of the flavor's Topology) and each worker goes to its "
+        "slot of Kueue's assignment, in worker-index order.",
     )
 
 

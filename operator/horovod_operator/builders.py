@@ -75,6 +75,9 @@ class Admission:
     pod_priority_class: bool = True
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    # Kueue's Topology Aware Scheduling: the node labels of each pod's domain, by worker
+    # index (the launcher: the first), from the pod set's topologyAssignment.
+    domains: Sequence[Mapping[str, str]] = ()
 
 
 def _metadata(job: HorovodJob, name: str, labels: dict[str, str]) -> Obj:
@@ -504,6 +507,14 @@ def _pod_template(
             **(pod_spec.get("nodeSelector") or {}),
             **admission.node_selector,
         }
+    slot = index or 0
+    if admission is not None and slot < len(admission.domains):
+        # Worker i on the i-th slot of Kueue's assignment: neighbouring ranks share a
+        # domain (the assignment lists the domains sorted, each as often as its pods).
+        pod_spec["nodeSelector"] = {
+            **(pod_spec.get("nodeSelector") or {}),
+            **admission.domains[slot],
+        }
     if admission is not None and admission.tolerations:
         tolerations = list(pod_spec.get("tolerations") or [])
         pod_spec["tolerations"] = tolerations + [
@@ -647,7 +658,10 @@ def new_worker_pod(
         if "readinessProbe" not in container and "startupProbe" not in container:
             container.update(sshd_probe(port) if ours else image_sshd_probe(port))
     native_gang = gang and podgroups.of(job) is None
-    _add_topology_affinity(job, attempt, pod_spec, native_gang)
+    if admission is None:
+        # A job Kueue admits is placed by Kueue's Topology Aware Scheduling instead (its
+        # Workload asks for the domain: new_workload).
+        _add_topology_affinity(job, attempt, pod_spec, native_gang)
     metadata = _metadata(job, names.worker_name(name, index), template_meta["labels"])
     if "annotations" in template_meta:
         metadata["annotations"] = template_meta["annotations"]
@@ -772,14 +786,23 @@ def new_workload(job: HorovodJob, attempt: int, priority: Priority | None) -> Ob
     for per_pod in ("hostname", "subdomain"):
         worker_spec.pop(per_pod, None)
     launcher_spec = new_launcher_job(job, attempt, admission=unplaced)["spec"]["template"]["spec"]
+    workers: Obj = {
+        "name": names.ROLE_WORKER,
+        "count": job.spec.worker.replicas,
+        "template": {"spec": _requests_from_limits(worker_spec)},
+    }
+    topology = job.spec.scheduling.topology
+    if topology is not None:
+        # Kueue's Topology Aware Scheduling admits the workers into one domain of the
+        # key (Required) or as few as fit (Preferred); the pod-index label ranks them.
+        workers["topologyRequest"] = {
+            ("required" if topology.mode == "Required" else "preferred"): topology.key,
+            "podIndexLabel": names.LABEL_WORKER_INDEX,
+        }
     spec: Obj = {
         "queueName": job.spec.scheduling.queue,
         "podSets": [
-            {
-                "name": names.ROLE_WORKER,
-                "count": job.spec.worker.replicas,
-                "template": {"spec": _requests_from_limits(worker_spec)},
-            },
+            workers,
             {
                 "name": names.ROLE_LAUNCHER,
                 "count": 1,

@@ -5,7 +5,7 @@ builders.Admission (queueing.gate's helper; pure)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from . import builders, names
 from .plan import Obj
@@ -34,10 +34,14 @@ def pod_set_admissions(
             spec = flavor.get("spec") or {}
             node_selector.update(spec.get("nodeLabels") or {})
             tolerations += [t for t in spec.get("tolerations") or () if t not in tolerations]
-        admissions[str(assignment.get("name"))] = builders.Admission(
+        name = str(assignment.get("name"))
+        placed = assignment.get("topologyAssignment")
+        admissions[name] = builders.Admission(
             node_selector=node_selector,
             tolerations=tuple(tolerations),
             pod_priority_class=pod_priority_class,
+            annotations=_topology_annotation(workload, name) if placed else {},
+            domains=tuple(topology_domains(placed)) if placed else (),
         )
     for name, admission in list(admissions.items()):
         admissions[name] = _with_pod_set_updates(admission, workload, name)
@@ -72,7 +76,53 @@ def _with_pod_set_updates(
         pod_priority_class=admission.pod_priority_class,
         labels=labels,
         annotations=annotations,
+        domains=admission.domains,
     )
+
+
+# Kueue counts a bound pod without one of these as usage outside its Topology Aware
+# Scheduling, on top of the Workload's own: the pods of a TAS pod set carry the one
+# their request says (pkg/util/tas in Kueue v0.17).
+_TAS_ANNOTATIONS: Final = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
+_TAS_UNCONSTRAINED: Final = "kueue.x-k8s.io/podset-unconstrained-topology"
+
+
+def _topology_annotation(workload: Obj, pod_set: str) -> dict[str, str]:
+    """The TAS annotation of `pod_set`'s pods: its request's level, or unconstrained
+    (a pod set Kueue placed without a request: a ClusterQueue of TAS flavors only)."""
+    for spec in (workload.get("spec") or {}).get("podSets") or ():
+        if spec.get("name") != pod_set:
+            continue
+        request = spec.get("topologyRequest") or {}
+        for mode, annotation in _TAS_ANNOTATIONS.items():
+            if request.get(mode):
+                return {annotation: str(request[mode])}
+    return {_TAS_UNCONSTRAINED: "true"}
+
+
+def topology_domains(assignment: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Kueue's topologyAssignment (v1beta2: levels, and slices of domains with their
+    values per level and pod counts), one {level: value} per pod in Kueue's order:
+    rank r is the r-th (Kueue's own ungater counts the same way)."""
+    levels = [str(level) for level in assignment.get("levels") or ()]
+    pods: list[dict[str, str]] = []
+    for piece in assignment.get("slices") or ():
+        for i in range(int(piece.get("domainCount") or 0)):
+            values = [_value(level, i) for level in piece.get("valuesPerLevel") or ()]
+            counts = piece.get("podCounts") or {}
+            count = counts["universal"] if "universal" in counts else counts["individual"][i]
+            pods += [dict(zip(levels, values, strict=True))] * int(count)
+    return pods
+
+
+def _value(level: Mapping[str, Any], i: int) -> str:
+    if "universal" in level:
+        return str(level["universal"])
+    individual = level["individual"]
+    return f"{individual.get('prefix', '')}{individual['roots'][i]}{individual.get('suffix', '')}"
 
 
 def priority_kind(workload: Obj) -> str | None:

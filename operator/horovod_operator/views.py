@@ -94,8 +94,10 @@ def slim_workload(body: Mapping[str, Any]) -> Obj:
         for key in ("queueName", "priorityClassRef", "priority", "active")
         if key in spec
     }
+    # A pod set's topologyRequest says which TAS annotation its pods carry.
     slim_spec["podSets"] = [
-        {"name": p.get("name"), "count": p.get("count")} for p in spec.get("podSets") or ()
+        {key: p[key] for key in ("name", "count", "topologyRequest") if key in p}
+        for p in spec.get("podSets") or ()
     ]
     kept = (*_OWNED_META, "resourceVersion", "generation")
     return {

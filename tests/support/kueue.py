@@ -123,6 +123,93 @@ def gpu_queue(
         cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
 
 
+RACK_LABEL = "horovod.ai/test-rack"
+
+
+@contextmanager
+def rack_queue(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, list[str]]]:
+    """A LocalQueue `gpus` of a ClusterQueue with 32 GPUs of one Topology Aware
+    Scheduling flavor: two racks of two tainted kwok nodes of 8 GPUs each, and a Topology
+    of rack and hostname (Kueue v0.17's TopologyAwareScheduling, Beta and on). Yields
+    the nodes by rack."""
+    racks = {
+        f"{namespace[:36]}-{rack}": cluster.add_kwok_nodes(2, 8, prefix=f"{namespace[:36]}-{rack}-")
+        for rack in ("a", "b")
+    }
+    nodes = [node for members in racks.values() for node in members]
+    name = namespace
+    try:
+        for rack, members in racks.items():
+            for node in members:
+                cluster.kubectl(
+                    "label", "node", node, f"{POOL_LABEL}={namespace}", f"{RACK_LABEL}={rack}"
+                )
+                cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
+        cluster.wait_nodes_ready()
+        toleration = {
+            "key": POOL_LABEL,
+            "operator": "Equal",
+            "value": namespace,
+            "effect": "NoSchedule",
+        }
+        for obj in (
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "Topology",
+                "metadata": {"name": name},
+                "spec": {
+                    "levels": [{"nodeLabel": RACK_LABEL}, {"nodeLabel": "kubernetes.io/hostname"}]
+                },
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ResourceFlavor",
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeLabels": {POOL_LABEL: namespace},
+                    "tolerations": [toleration],
+                    "topologyName": name,
+                },
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "ClusterQueue",
+                "metadata": {"name": name},
+                "spec": {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": namespace}
+                    },
+                    "resourceGroups": [
+                        {
+                            "coveredResources": ["nvidia.com/gpu"],
+                            "flavors": [
+                                {
+                                    "name": name,
+                                    "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 32}],
+                                }
+                            ],
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": "gpus", "namespace": namespace},
+                "spec": {"clusterQueue": name},
+            },
+        ):
+            cluster.apply(obj)
+        yield racks
+    finally:
+        cluster.kubectl(
+            "delete", "localqueue", "gpus", "-n", namespace, "--wait=false", check=False
+        )
+        for kind in ("clusterqueue", "resourceflavor", "topologies.kueue.x-k8s.io"):
+            cluster.kubectl("delete", kind, name, "--wait=false", check=False)
+        cluster.kubectl("delete", "node", *nodes, "--wait=false", check=False)
+
+
 def queued_job(name: str, gpus: int, queue: str, priority: str | None = None) -> dict[str, Any]:
     """Two workers of `gpus` GPUs each, in `queue`."""
     scheduling: dict[str, Any] = {"queue": queue}

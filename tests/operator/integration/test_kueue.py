@@ -19,11 +19,13 @@ from tests.support import dra
 from tests.support.cluster import KubeCluster
 from tests.support.kueue import (
     POOL_LABEL,
+    RACK_LABEL,
     WORKLOADS,
     gpu_queue,
     kueue_process,
     pool_nodes,
     queued_job,
+    rack_queue,
     workload_of,
     workload_true,
 )
@@ -305,3 +307,46 @@ def test_gpus_claimed_through_dra_count_against_the_queues_quota(
 def _env_of(pod: dict[str, Any]) -> dict[str, str]:
     container = next(c for c in pod["spec"]["containers"] if c["name"] == "worker")
     return {e["name"]: e.get("value", "") for e in container.get("env") or []}
+
+
+def test_kueue_topology_aware_scheduling_keeps_each_job_in_one_rack(
+    kueue: KueueProcess, jobs: Jobs, cluster: KubeCluster, namespace: str
+) -> None:
+    """spec.scheduling.topology on a queued job: the Workload asks Kueue for one rack
+    (topologyRequest, ranked by horovod.ai/worker-index); the operator puts each worker
+    on its slot of Kueue's assignment, and annotates it so Kueue counts it once. Two
+    jobs of 12 GPUs in racks of 16: each in one rack, the second in the other."""
+    with rack_queue(cluster, namespace) as racks:
+        for name in ("left", "right"):
+            manifest = queued_job(name, 4, "gpus")
+            manifest["spec"]["worker"]["replicas"] = 3
+            manifest["spec"]["scheduling"]["topology"] = {"key": RACK_LABEL}
+            jobs.apply(manifest)
+            jobs.wait_running(name, timeout=90)
+        used: list[str] = []
+        for name in ("left", "right"):
+            workload = workload_of(cluster, namespace, name)
+            workers = workload["spec"]["podSets"][0]
+            assert workers["topologyRequest"] == {
+                "required": RACK_LABEL,
+                "podIndexLabel": "horovod.ai/worker-index",
+            }
+            assignment = workload["status"]["admission"]["podSetAssignments"][0]
+            assert assignment["topologyAssignment"]["levels"], assignment
+            pods = sorted(_live(jobs, name), key=lambda p: p["metadata"]["name"])
+            assert len(pods) == 3
+            on = {str(p["spec"]["nodeName"]) for p in pods}
+            rack = next((r for r, members in racks.items() if on <= set(members)), None)
+            assert rack is not None, (name, on, racks)  # one rack
+            used.append(rack)
+            for pod in pods:
+                # Kueue's slot: the hostname level (the lowest) pins the node.
+                assert (
+                    pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == pod["spec"]["nodeName"]
+                )
+                assert (
+                    pod["metadata"]["annotations"]["kueue.x-k8s.io/podset-required-topology"]
+                    == RACK_LABEL
+                )
+                assert "affinity" not in pod["spec"]
+        assert used[0] != used[1], used  # the first rack had 4 GPUs left: Kueue counted it
