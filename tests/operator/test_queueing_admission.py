@@ -83,6 +83,14 @@ RACK = "example.com/rack"
 HOST = "kubernetes.io/hostname"
 
 
+def _spread(prefix: str, roots: list[str], counts: list[int]) -> dict[str, Any]:
+    """A rack-level assignment as Kueue v0.17 encodes it: `counts[i]` pods in rack
+    prefix + roots[i]."""
+    values = {"individual": {"prefix": prefix, "roots": roots}}
+    piece = {"domainCount": len(roots), "valuesPerLevel": [values]}
+    return {"levels": [RACK], "slices": [{**piece, "podCounts": {"individual": counts}}]}
+
+
 @pytest.mark.parametrize(
     ("assignment", "pods"),
     [
@@ -107,18 +115,7 @@ HOST = "kubernetes.io/hostname"
             [{HOST: f"rack-a-node-{i}"} for i in range(4)],
         ),
         (  # a Preferred spread, 2 + 1, racks a and b
-            {
-                "levels": [RACK],
-                "slices": [
-                    {
-                        "domainCount": 2,
-                        "valuesPerLevel": [
-                            {"individual": {"prefix": "rack-", "roots": ["a", "b"]}}
-                        ],
-                        "podCounts": {"individual": [2, 1]},
-                    }
-                ],
-            },
+            _spread("rack-", ["a", "b"], [2, 1]),
             [{RACK: "rack-a"}, {RACK: "rack-a"}, {RACK: "rack-b"}],
         ),
         (  # one domain, two levels, and a root that is empty (node-1, node-11)
@@ -191,18 +188,7 @@ def test_a_queued_job_with_a_topology_asks_kueue_for_it_and_its_pods_follow(
                     "name": "worker",
                     "flavors": {"nvidia.com/gpu": "a100"},
                     "count": 3,
-                    "topologyAssignment": {
-                        "levels": [RACK],
-                        "slices": [
-                            {
-                                "domainCount": 2,
-                                "valuesPerLevel": [
-                                    {"individual": {"prefix": "r", "roots": ["1", "2"]}}
-                                ],
-                                "podCounts": {"individual": [2, 1]},
-                            }
-                        ],
-                    },
+                    "topologyAssignment": _spread("r", ["1", "2"], [2, 1]),
                 },
                 {"name": "launcher", "flavors": {}, "count": 1},
             ]

@@ -45,6 +45,19 @@ def pool_nodes(namespace: str) -> list[str]:
     return [f"{namespace[:40]}-{i}" for i in range(2)]
 
 
+def _taint_pool(
+    cluster: KubeCluster, namespace: str, labels: dict[str, dict[str, str]]
+) -> dict[str, str]:
+    """Label and taint the test's nodes (each with its own `labels` too) as its flavor's
+    pool, so that only pods of that flavor land there; the flavor's toleration."""
+    for node, own in labels.items():
+        pairs = [f"{key}={value}" for key, value in {POOL_LABEL: namespace, **own}.items()]
+        cluster.kubectl("label", "node", node, *pairs)
+        cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
+    cluster.wait_nodes_ready()
+    return {"key": POOL_LABEL, "operator": "Equal", "value": namespace, "effect": "NoSchedule"}
+
+
 @contextmanager
 def gpu_queue(
     cluster: KubeCluster,
@@ -61,16 +74,7 @@ def gpu_queue(
     assert nodes == pool_nodes(namespace)
     flavor = cluster_queue = namespace
     try:
-        for node in nodes:
-            cluster.kubectl("label", "node", node, f"{POOL_LABEL}={namespace}")
-            cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
-        cluster.wait_nodes_ready()
-        toleration = {
-            "key": POOL_LABEL,
-            "operator": "Equal",
-            "value": namespace,
-            "effect": "NoSchedule",
-        }
+        toleration = _taint_pool(cluster, namespace, {node: {} for node in nodes})
         quota = {"name": resource, "nominalQuota": gpus}
         for obj in (
             {
@@ -139,19 +143,8 @@ def rack_queue(cluster: KubeCluster, namespace: str) -> Iterator[dict[str, list[
     nodes = [node for members in racks.values() for node in members]
     name = namespace
     try:
-        for rack, members in racks.items():
-            for node in members:
-                cluster.kubectl(
-                    "label", "node", node, f"{POOL_LABEL}={namespace}", f"{RACK_LABEL}={rack}"
-                )
-                cluster.kubectl("taint", "node", node, f"{POOL_LABEL}={namespace}:NoSchedule")
-        cluster.wait_nodes_ready()
-        toleration = {
-            "key": POOL_LABEL,
-            "operator": "Equal",
-            "value": namespace,
-            "effect": "NoSchedule",
-        }
+        in_rack = {node: {RACK_LABEL: rack} for rack, members in racks.items() for node in members}
+        toleration = _taint_pool(cluster, namespace, in_rack)
         for obj in (
             {
                 "apiVersion": "kueue.x-k8s.io/v1beta2",
