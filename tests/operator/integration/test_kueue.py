@@ -317,9 +317,14 @@ def test_kueue_topology_aware_scheduling_keeps_each_job_in_one_rack(
     on its slot of Kueue's assignment, and annotates it so Kueue counts it once. Two
     jobs of 12 GPUs in racks of 16: each in one rack, the second in the other."""
     with rack_queue(cluster, namespace) as racks:
+        # Kueue's TAS node controller reads tolerations from the Workload's pod sets
+        # only: a taint that only the flavor tolerates marks the node failed and evicts
+        # the job ("no replacement for unhealthy node(s)"), so the job tolerates it too.
+        pool = {"key": POOL_LABEL, "operator": "Equal", "value": namespace, "effect": "NoSchedule"}
         for name in ("left", "right"):
             manifest = queued_job(name, 4, "gpus")
             manifest["spec"]["worker"]["replicas"] = 3
+            manifest["spec"]["worker"]["template"] = {"spec": {"tolerations": [pool]}}
             manifest["spec"]["scheduling"]["topology"] = {"key": RACK_LABEL}
             jobs.apply(manifest)
             jobs.wait_running(name, timeout=90)
@@ -350,3 +355,6 @@ def test_kueue_topology_aware_scheduling_keeps_each_job_in_one_rack(
                 )
                 assert "affinity" not in pod["spec"]
         assert used[0] != used[1], used  # the first rack had 4 GPUs left: Kueue counted it
+        for name in ("left", "right"):
+            reasons = [e["reason"] for e in jobs.events(name)]
+            assert "EvictedByKueue" not in reasons, (name, reasons)
