@@ -695,16 +695,20 @@ class HorovodJobSpec(_Model):
                 f"elastic.maxReplicas ({elastic.min_replicas}..{elastic.max_replicas}); it is "
                 "the count the training starts with"
             )
-        if self.scheduling.queue and self.scheduling.gang.policy != "Volcano":
-            raise ValueError(
-                "scheduling.queue: Kueue admits a fixed number of pods, so an elastic job "
-                "cannot be queued in Kueue yet; remove the queue (or use gang.policy Volcano, "
-                "whose PodGroup takes minReplicas)"
-            )
 
     def worker_count(self) -> int:
         """The worker pods the job keeps: maxReplicas when elastic, else replicas."""
         return self.elastic.max_replicas if self.elastic else self.worker.replicas
+
+    def admitted(self, workers: int) -> HorovodJobSpec:
+        """This spec for an elastic job that Kueue admitted with `workers` of its
+        maxReplicas (partial admission, down to minReplicas): at most that many
+        workers, starting with no more."""
+        if self.elastic is None or workers >= self.elastic.max_replicas:
+            return self
+        elastic = self.elastic.model_copy(update={"max_replicas": workers})
+        worker = self.worker.model_copy(update={"replicas": min(self.worker.replicas, workers)})
+        return self.model_copy(update={"elastic": elastic, "worker": worker})
 
     def ssh_port(self) -> int:
         """The port the workers' sshd listens on."""

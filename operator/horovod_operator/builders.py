@@ -78,6 +78,8 @@ class Admission:
     # Kueue's Topology Aware Scheduling: the node labels of each pod's domain, by worker
     # index (the launcher: the first), from the pod set's topologyAssignment.
     domains: Sequence[Mapping[str, str]] = ()
+    # The pods Kueue admitted of the pod set (fewer than asked under partial admission).
+    count: int | None = None
 
 
 def _metadata(job: HorovodJob, name: str, labels: dict[str, str]) -> Obj:
@@ -788,9 +790,13 @@ def new_workload(job: HorovodJob, attempt: int, priority: Priority | None) -> Ob
     launcher_spec = new_launcher_job(job, attempt, admission=unplaced)["spec"]["template"]["spec"]
     workers: Obj = {
         "name": names.ROLE_WORKER,
-        "count": job.spec.worker.replicas,
+        "count": job.spec.worker_count(),
         "template": {"spec": _requests_from_limits(worker_spec)},
     }
+    if job.spec.elastic is not None:
+        # Kueue's partial admission: as many of maxReplicas as the quota allows, down
+        # to minReplicas (the job then runs with the admitted count: HorovodJobSpec.admitted).
+        workers["minCount"] = job.spec.elastic.min_replicas
     topology = job.spec.scheduling.topology
     if topology is not None:
         # Kueue's Topology Aware Scheduling admits the workers into one domain of the

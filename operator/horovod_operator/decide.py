@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from . import elastic, queueing, stalled
+from . import elastic, names, queueing, stalled
 from .api import (
     ATTEMPT_PHASES,
     STARTED_PHASES,
@@ -113,11 +113,16 @@ def decide(seen: Observation) -> Plan:
     if permanent and (job.status is None or job.status.phase not in TERMINAL_PHASES):
         return _invalid(seen, job.status, _refusal_message(permanent[0]), generation)
 
+    accepted_spec = job.spec  # as the user wrote it, before Kueue's partial admission
     queue: queueing.Gate | None = None
     if queueing.managed(job, seen) and (
         job.status is None or job.status.phase not in TERMINAL_PHASES
     ):
         queue = queueing.gate(job, seen, job.status.restarts if job.status else 0)
+        admitted = (queue.admissions or {}).get(names.ROLE_WORKER)
+        if admitted is not None and admitted.count is not None:
+            # An elastic job Kueue admitted in part runs with what it got.
+            job = job.model_copy(update={"spec": job.spec.admitted(admitted.count)})
     hold = queue.hold if queue is not None else None
     status = compute_status(job, seen.children, seen.now, rejected_edit, hold)
     lost: tuple[list[Delete], list[Event]] = ([], [])
@@ -127,7 +132,7 @@ def decide(seen: Observation) -> Plan:
         if fatal is not None:
             fail(status, fatal[0], fatal[1], seen.now)
             lost = ([], [])
-    plan = Plan(status=status, accepted_spec=job.spec if rejected_edit is None else None)
+    plan = Plan(status=status, accepted_spec=accepted_spec if rejected_edit is None else None)
     if queue is not None:
         if queue.create is not None and not job.spec.run_policy.suspend:
             plan.creates.append(queue.create)

@@ -42,6 +42,7 @@ def pod_set_admissions(
             pod_priority_class=pod_priority_class,
             annotations=_topology_annotation(workload, name) if placed else {},
             domains=tuple(topology_domains(placed)) if placed else (),
+            count=int(assignment["count"]) if assignment.get("count") is not None else None,
         )
     for name, admission in list(admissions.items()):
         admissions[name] = _with_pod_set_updates(admission, workload, name)
@@ -77,6 +78,7 @@ def _with_pod_set_updates(
         labels=labels,
         annotations=annotations,
         domains=admission.domains,
+        count=admission.count,
     )
 
 

@@ -19,15 +19,21 @@ from horovod_operator.api import format_validation_error, parse_job
 from horovod_operator.decide import decide
 from horovod_operator.plan import Delete
 from tests.operator.test_decide import (
+    A100,
+    ADMITTED_WL,
+    QUEUE,
     RUNNING,
+    SUSPENDED,
     T0,
     body,
     created,
+    kueue,
     launcher_job,
     launcher_pod,
     observe,
     stored,
     worker,
+    workload,
 )
 
 ELASTIC = {"minReplicas": 1, "maxReplicas": 3}
@@ -55,8 +61,7 @@ def test_elastic_needs_gloo_and_a_start_count_within_its_bounds() -> None:
     assert "worker.replicas: 2 is outside" in refusal(elastic={"minReplicas": 3, "maxReplicas": 4})
 
 
-def test_an_elastic_job_cannot_be_queued_in_kueue_but_a_volcano_gang_takes_its_minimum() -> None:
-    assert "Kueue admits a fixed number of pods" in refusal(scheduling={"queue": "q"})
+def test_a_volcano_gang_takes_an_elastic_jobs_minimum() -> None:
     job = parse_job(
         elastic_body(scheduling={"queue": "q", "gang": {"policy": "Volcano"}}),
         default_image="img",
@@ -65,6 +70,26 @@ def test_an_elastic_job_cannot_be_queued_in_kueue_but_a_volcano_gang_takes_its_m
     assert job.spec.worker_count() == 3
     message = refusal(scheduling={"gang": {"minAvailable": 4}})
     assert "minAvailable: 4 is more than elastic.maxReplicas (3)" in message
+
+
+def test_an_elastic_job_in_kueue_asks_for_its_maximum_and_runs_with_what_it_got() -> None:
+    """Kueue's partial admission: the worker pod set counts maxReplicas with minCount
+    minReplicas; admitted with fewer, the job creates only those and starts its
+    launcher once they are Ready (it would wait forever for worker.replicas)."""
+    queued = kueue(elastic_body(scheduling=QUEUE), with_infra=False)
+    workers = queued.creates[0]["spec"]["podSets"][0]
+    assert (workers["count"], workers["minCount"]) == (3, 1)
+    admitted = workload(*ADMITTED_WL, admitted_to="a100")
+    admitted["status"]["admission"]["podSetAssignments"][0]["count"] = 1
+    suspended = {**SUSPENDED, "workers": {"replicas": 3}}
+    plan = kueue(elastic_body(suspended, scheduling=QUEUE), [], wl=admitted, flavors={"a100": A100})
+    assert created(plan) == ["Pod/j-worker-0"]
+    pending = {**RUNNING, "phase": "Pending", "launcher": None, "workers": {"replicas": 1}}
+    ready = kueue(
+        elastic_body(pending, scheduling=QUEUE), [worker(0)], wl=admitted, flavors={"a100": A100}
+    )
+    assert created(ready) == ["Job/j-launcher"]
+    assert stored(ready)["workers"]["replicas"] == 1
 
 
 def test_the_job_name_must_leave_room_for_the_last_possible_worker() -> None:

@@ -358,3 +358,25 @@ def test_kueue_topology_aware_scheduling_keeps_each_job_in_one_rack(
         for name in ("left", "right"):
             reasons = [e["reason"] for e in jobs.events(name)]
             assert "EvictedByKueue" not in reasons, (name, reasons)
+
+
+def test_an_elastic_job_in_a_queue_smaller_than_its_maximum_runs_with_what_kueue_admits(
+    kueue: KueueProcess, queue: str, jobs: Jobs, cluster: KubeCluster, namespace: str
+) -> None:
+    """Partial admission (Kueue's PartialAdmission, Beta and on): up to 6 workers of 2
+    GPUs, at least 2, in a queue of 8 GPUs. Kueue admits 4; the job runs with 4."""
+    manifest = queued_job("stretch", 2, queue)
+    manifest["spec"]["launchMode"] = "gloo"
+    manifest["spec"]["elastic"] = {"minReplicas": 2, "maxReplicas": 6}
+    manifest["spec"]["worker"]["replicas"] = 6
+    jobs.apply(manifest)
+    jobs.wait_running("stretch", timeout=90)
+    workload = workload_of(cluster, namespace, "stretch")
+    workers = workload["spec"]["podSets"][0]
+    assert (workers["count"], workers["minCount"]) == (6, 2)
+    assert workload["status"]["admission"]["podSetAssignments"][0]["count"] == 4
+    live = sorted(p["metadata"]["name"] for p in _live(jobs, "stretch"))
+    assert live == [f"stretch-worker-{i}" for i in range(4)]
+    assert jobs.status("stretch")["workers"]["replicas"] == 4
+    _on_pool(jobs, "stretch", namespace)
+    jobs.op.stays(lambda: len(_live(jobs, "stretch")) == 4, 2.0, "no worker past the admitted 4")
