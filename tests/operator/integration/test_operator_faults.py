@@ -148,11 +148,15 @@ def test_healthz_turns_red_while_the_api_server_hangs(
     op.start()
     try:
         jobs = Jobs(cluster, namespace, op)
-        jobs.apply(hvjob("hung", replicas=1, runPolicy={"activeDeadlineSeconds": 12}))
-        jobs.wait_running("hung")
+        # The deadline is the only thing that makes the operator act while the proxy is
+        # frozen, so it must come after the freeze: the waits below end by 40 s from
+        # the job's start, the deadline comes at 60. (12 s was a race with the start
+        # itself, which a loaded CI machine lost: the job failed while still Pending.)
+        jobs.apply(hvjob("hung", replicas=1, runPolicy={"activeDeadlineSeconds": 60}))
+        jobs.wait_running("hung", timeout=30)
         op.wait(lambda: _healthz(op) == 200, 10, "a green probe")
         proxy.freeze()  # the deadline's reconcile will hang on its status write
-        op.wait(lambda: _healthz(op) == 500, 40, "the probe turning red")
+        op.wait(lambda: _healthz(op) == 500, 90, "the probe turning red")
         proxy.thaw()
         status = jobs.wait_phase("hung", "Failed", timeout=60)
         assert status["reason"] == "DeadlineExceeded"
