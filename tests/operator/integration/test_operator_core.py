@@ -257,9 +257,13 @@ def test_failed_launcher_log_tail_outlives_its_pod(
     assert status["launcher"]["exitCode"] == 3
 
 
-def test_deadline_exceeded(jobs: Jobs, namespace: str) -> None:
-    jobs.apply(hvjob("late", replicas=2, runPolicy={"activeDeadlineSeconds": 6}))
+def test_deadline_exceeded(jobs: Jobs, namespace: str, cluster: KubeCluster) -> None:
+    # The deadline is set once the job runs (it applies at the next reconcile, counted
+    # from status.startTime): a deadline set at apply raced the start on a loaded machine.
+    jobs.apply(hvjob("late", replicas=2))
     jobs.wait_running("late")
+    patch = '{"spec": {"runPolicy": {"activeDeadlineSeconds": 1}}}'
+    cluster.kubectl("patch", "hvjob", "late", "-n", namespace, "--type=merge", "-p", patch)
     status = jobs.wait_phase("late", "Failed", timeout=20)
     assert condition(status, "Failed")["reason"] == "DeadlineExceeded"
     jobs.op.wait(lambda: jobs.objects("pods", "horovod.ai/job-name=late") == [], 20, "pods removed")

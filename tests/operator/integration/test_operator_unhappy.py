@@ -777,15 +777,21 @@ def test_a_deleted_launcher_job_never_leaves_two_launchers(
 def test_deadline_and_ttl_act_after_an_operator_outage(
     jobs: Jobs, namespace: str, cluster: KubeCluster
 ) -> None:
-    jobs.apply(hvjob("late", replicas=1, runPolicy={"activeDeadlineSeconds": 6}))
-    jobs.apply(hvjob("done", replicas=1, runPolicy={"ttlSecondsAfterFinished": 4}))
+    jobs.apply(hvjob("late", replicas=1))
+    jobs.apply(hvjob("done", replicas=1))
     jobs.wait_running("late")
     launcher = jobs.wait_running("done")
     cluster.set_pod_phase(namespace, launcher, "Succeeded")
     jobs.wait_phase("done", "Succeeded")
     jobs.op.stop()
-    # Both timers pass while the operator is down; nothing acts on them.
-    jobs.op.stays(lambda: jobs.status("late")["phase"] == "Running", 8.0, "no operator, no change")
+    # The timers are set while the operator is down, already past: a deadline applies
+    # at the next reconcile, counted from status.startTime, and a finished job's TTL at
+    # once, from completionTime. (Set at apply, 6 s and 4 s raced the waits above.)
+    for name, policy in (("late", "activeDeadlineSeconds"), ("done", "ttlSecondsAfterFinished")):
+        patch = json.dumps({"spec": {"runPolicy": {policy: 1}}})
+        cluster.kubectl("patch", "hvjob", name, "-n", namespace, "--type=merge", "-p", patch)
+    # Nothing acts on them meanwhile.
+    jobs.op.stays(lambda: jobs.status("late")["phase"] == "Running", 3.0, "no operator, no change")
     assert jobs.get("done") is not None
     jobs.op.start()
     status = jobs.wait_phase("late", "Failed", timeout=20)
