@@ -200,6 +200,7 @@ class ProgressWatcher:
             watch.delay = min(MAX_INTERVAL, watch.delay * 1.5)
             return False
         patch: dict[str, Any] = {}
+        before = (watch.cursor, watch.started)
         first = self._learn(watch, reading, body, final)
         if first is not None:
             patch["firstStepTime"] = first
@@ -215,7 +216,16 @@ class ProgressWatcher:
         else:
             watch.due = now_s  # more to read: at the next tick
         if patch:
-            await self._write(key, body, patch, watch, now_s)
+            try:
+                await self._write(key, body, patch, watch, now_s)
+            except KubeError as error:
+                # Not written (a 429 or 5xx of a loaded API server): read these lines
+                # again after the backoff. Marked started with its line already behind
+                # the cursor, the first step was lost for good (kind CI, 2026-12-05).
+                watch.cursor, watch.started = before
+                watch.due = now_s + watch.delay
+                logger.info("job %s/%s: progress not written: %s", *key, error)
+                return False
         return True
 
     def _learn(

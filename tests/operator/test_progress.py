@@ -342,3 +342,21 @@ def test_a_refused_read_writes_nothing_and_is_asked_again_after_a_backoff(code: 
     kube.pod_log = answers  # type: ignore[method-assign]
     asyncio.run(watcher.scan(100.0 + progress_watch.MIN_INTERVAL))
     assert "hung" in kube.patches[-1]["progress"]
+
+
+def test_a_first_step_whose_write_was_refused_is_written_at_a_later_look() -> None:
+    """The status write of the first step failed (a loaded API server's 429): the lines
+    are read again after the backoff, and the first step is not lost."""
+    kube, _, watcher = _setup(_rank_lines(40) + _record(30, 10), _job("Running"))
+    accepted = kube.patch_job_status
+
+    async def refused(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise KubeError(429, "TooManyRequests", "slow down")
+
+    kube.patch_job_status = refused  # type: ignore[method-assign]
+    asyncio.run(watcher.scan(100.0))
+    assert kube.patches == [] and kube.events == []
+    kube.patch_job_status = accepted  # type: ignore[method-assign]
+    asyncio.run(watcher.scan(100.0 + progress_watch.MIN_INTERVAL))
+    assert [p.get("firstStepTime", "").endswith("Z") for p in kube.patches] == [True]
+    assert kube.events == ["TrainingStarted"]
