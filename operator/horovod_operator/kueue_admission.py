@@ -4,6 +4,7 @@ builders.Admission (queueing.gate's helper; pure)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -71,14 +72,12 @@ def _with_pod_set_updates(
             annotations.update(update.get("annotations") or {})
             node_selector.update(update.get("nodeSelector") or {})
             tolerations += [t for t in update.get("tolerations") or () if t not in tolerations]
-    return builders.Admission(
+    return dataclasses.replace(
+        admission,
         node_selector=node_selector,
         tolerations=tuple(tolerations),
-        pod_priority_class=admission.pod_priority_class,
         labels=labels,
         annotations=annotations,
-        domains=admission.domains,
-        count=admission.count,
     )
 
 
