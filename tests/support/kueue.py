@@ -213,11 +213,19 @@ def queued_job(name: str, gpus: int, queue: str, priority: str | None = None) ->
     return manifest
 
 
-def workload_of(cluster: KubeCluster, namespace: str, job: str) -> dict[str, Any]:
-    """The job's Workload, read through the API (what `kubectl get workloads` lists)."""
+def find_workload(cluster: KubeCluster, namespace: str, job: str) -> dict[str, Any] | None:
+    """The job's Workload, read through the API (what `kubectl get workloads` lists),
+    or None before the operator has created it (a poll must not fail on that)."""
     items = cluster.get(WORKLOADS, namespace=namespace, selector=f"horovod.ai/job-name={job}")
-    assert len(items["items"]) == 1, items
-    found: dict[str, Any] = items["items"][0]
+    assert len(items["items"]) <= 1, items
+    found: dict[str, Any] | None = items["items"][0] if items["items"] else None
+    return found
+
+
+def workload_of(cluster: KubeCluster, namespace: str, job: str) -> dict[str, Any]:
+    """The job's Workload, which must exist by now."""
+    found = find_workload(cluster, namespace, job)
+    assert found is not None, f"no Workload of {job} in {namespace}"
     return found
 
 

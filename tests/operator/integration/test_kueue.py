@@ -21,6 +21,7 @@ from tests.support.kueue import (
     POOL_LABEL,
     RACK_LABEL,
     WORKLOADS,
+    find_workload,
     gpu_queue,
     kueue_process,
     pool_nodes,
@@ -225,7 +226,10 @@ def test_an_admission_checks_pod_set_updates_reach_the_admitted_pods(
             jobs.apply(queued_job("checked", 2, queue))
 
             def pending_check() -> dict[str, Any] | None:
-                workload = workload_of(cluster, namespace, "checked")
+                # The operator creates the Workload a moment after the apply.
+                workload = find_workload(cluster, namespace, "checked")
+                if workload is None:
+                    return None
                 states = (workload.get("status") or {}).get("admissionChecks") or []
                 return workload if any(s.get("name") == check for s in states) else None
 
