@@ -106,10 +106,12 @@ def configuration(
     webhook_port: int,
     cert_dir: Path,
     wait_for_pods_ready: dict[str, Any] | None = None,
+    multi_kueue: dict[str, Any] | None = None,
 ) -> Any:
     """Kueue's Configuration: the module's template, set up to run as a local process.
     `wait_for_pods_ready`: its waitForPodsReady section (Kueue v0.19 turns it on by
-    default; v0.17's template leaves it off)."""
+    default; v0.17's template leaves it off). `multi_kueue`: its multiKueue section
+    (a manager cluster that dispatches HorovodJobs: externalFrameworks)."""
     template = module_root() / "config/components/manager/controller_manager_config.yaml"
     config = yaml.safe_load(template.read_text())
     config["namespace"] = NAMESPACE
@@ -122,6 +124,13 @@ def configuration(
     integrations["externalFrameworks"] = [HOROVOD_FRAMEWORK]
     if wait_for_pods_ready is not None:
         config["waitForPodsReady"] = wait_for_pods_ready
+    if multi_kueue is not None:
+        config["multiKueue"] = multi_kueue
+        # A manager connects to a worker cluster only once it watches there the kind of
+        # every MultiKueue adapter it has, one per enabled framework (JAXJob, RayJob,
+        # AppWrapper, ...: "no matches for kind" otherwise). The local worker serves
+        # only the built-in kinds and HorovodJob.
+        integrations["frameworks"] = ["batch/job"]
     config.setdefault("resources", {})["deviceClassMappings"] = DRA_RESOURCES
     return config
 
@@ -172,9 +181,11 @@ class KueueProcess(ManagedProcess):
         state: Path,
         log_path: Path,
         wait_for_pods_ready: dict[str, Any] | None = None,
+        multi_kueue: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(log_path)
         self.wait_for_pods_ready = wait_for_pods_ready
+        self.multi_kueue = multi_kueue
         self.kubeconfig = kubeconfig
         self.kubectl = kubectl
         self.pki = pki
@@ -257,7 +268,12 @@ class KueueProcess(ManagedProcess):
         certs = self.state / "webhook-certs"
         make_serving_cert(certs, self.pki / "ca.crt", self.pki / "ca.key")
         config = configuration(
-            self.health_port, self.metrics_port, self.webhook_port, certs, self.wait_for_pods_ready
+            self.health_port,
+            self.metrics_port,
+            self.webhook_port,
+            certs,
+            self.wait_for_pods_ready,
+            self.multi_kueue,
         )
         path = self.state / "controller_manager_config.yaml"
         path.write_text(yaml.safe_dump(config))

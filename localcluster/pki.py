@@ -3,6 +3,7 @@ kubeconfigs that point at them, made with the openssl command line."""
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 from pathlib import Path
@@ -107,6 +108,26 @@ def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
         f"users:\n- name: {user}\n  user:\n"
         f"    client-certificate: {pki / (user + '.crt')}\n"
         f"    client-key: {pki / (user + '.key')}\n"
+        f"contexts:\n- name: local\n  context:\n    cluster: local\n    user: {user}\n"
+        "current-context: local\n"
+    )
+
+
+def embedded_kubeconfig(server: str, pki: Path, user: str) -> str:
+    """A kubeconfig with the certificates and key inside it, for a program that gets
+    it as data and cannot read this host's files (MultiKueue reads its worker
+    clusters' kubeconfigs from Secrets, and refuses file paths)."""
+
+    def data(name: str) -> str:
+        return base64.b64encode((pki / name).read_bytes()).decode()
+
+    return (
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: local\n  cluster:\n    server: {server}\n"
+        f"    certificate-authority-data: {data('ca.crt')}\n"
+        f"users:\n- name: {user}\n  user:\n"
+        f"    client-certificate-data: {data(user + '.crt')}\n"
+        f"    client-key-data: {data(user + '.key')}\n"
         f"contexts:\n- name: local\n  context:\n    cluster: local\n    user: {user}\n"
         "current-context: local\n"
     )

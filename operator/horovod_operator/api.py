@@ -601,8 +601,10 @@ class HorovodJobSpec(_Model):
         max_length=63,
         pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
         description=f"The controller that runs this job: unset or {MANAGED_BY} for this "
-        "operator; any other value (MultiKueue's kueue.x-k8s.io/multikueue) and this "
-        "operator leaves the job, its status included, to that controller. Immutable.",
+        "operator. kueue.x-k8s.io/multikueue: MultiKueue runs it on a worker cluster and "
+        "mirrors its status here, where this operator creates only its Kueue Workload "
+        "(docs/kueue.md). Any other value: this operator leaves the job, its status "
+        "included, to that controller. Immutable.",
         json_schema_extra={"x-kubernetes-validations": MANAGED_BY_RULES},
     )
 

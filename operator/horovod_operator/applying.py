@@ -18,7 +18,7 @@ from .kube import Kube
 from .kube_errors import KubeError
 from .memory import PROGRESS_INTERVAL, JobMemory, Key, Obj, Refused
 from .observing import Observer, terminating
-from .plan import Delete, Event, Plan, PodSweep, Refusal
+from .plan import Delete, Event, Plan, PodSweep, Refusal, WorkloadAdoption
 from .refusals import refused
 from .status_writing import StatusWriter
 
@@ -72,6 +72,8 @@ class Applier:
                 "ConfigMap", meta["namespace"], names.config_name(meta["name"]), change
             )
         retry = await self._create(key, body, plan.creates, memory)
+        if plan.workload_adopt is not None and await self._adopt(key, plan.workload_adopt):
+            retry = WORKLOAD_RETRY if retry is None else min(retry, WORKLOAD_RETRY)
         if plan.workload_status is not None and await self.status.write_workload(
             key[0], plan.workload_status
         ):
@@ -89,6 +91,28 @@ class Applier:
         if memory.warnings_due is not None:
             waits.append(memory.warnings_due)
         return min(waits) if waits else None
+
+    async def _adopt(self, key: Key, adoption: WorkloadAdoption) -> bool:
+        """Become the controller of MultiKueue's Workload (multikueue.py); True when
+        it changed meanwhile (409: the next reconcile reads it again)."""
+        meta: dict[str, Any] = {"ownerReferences": [dict(adoption.owner)]}
+        if adoption.resource_version:
+            meta["resourceVersion"] = adoption.resource_version
+        try:
+            await self.kube.merge_patch("Workload", key[0], adoption.name, {"metadata": meta})
+        except KubeError as error:
+            if error.not_found:
+                return False
+            if error.conflict:
+                return True
+            raise
+        logger.info(
+            "job %s/%s: adopted Workload %s (MultiKueue's)",
+            *key,
+            adoption.name,
+            extra=names.log_fields(*key),
+        )
+        return False
 
     async def _post_event(self, body: Obj, event: Event) -> None:
         logger.info(

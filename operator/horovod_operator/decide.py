@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from . import elastic, names, queueing, stalled
+from . import elastic, multikueue, names, queueing, stalled
 from .api import (
     ATTEMPT_PHASES,
     STARTED_PHASES,
@@ -76,6 +76,8 @@ def decide(seen: Observation) -> Plan:
     meta = body.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return Plan()  # garbage collection removes the children
+    if multikueue.dispatched(body):
+        return multikueue.plan_dispatch(seen)  # it runs on a worker cluster
     previous = parse_status(body.get("status"))
     generation = int(meta.get("generation") or 0)
     rejected_edit: str | None = None
@@ -137,6 +139,7 @@ def decide(seen: Observation) -> Plan:
         if queue.create is not None and not job.spec.run_policy.suspend:
             plan.creates.append(queue.create)
         plan.workload_status = queue.patch
+        plan.workload_adopt = queue.adopt
     if status.phase in ATTEMPT_PHASES:
         plan.deletes += lost[0]
         if stand_in:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
-from . import accepted, claims, metrics, names, queueing, sshkeys, views
+from . import accepted, claims, metrics, multikueue, names, queueing, sshkeys, views
 from .api import TERMINAL_PHASES, HorovodJobSpec, manager_of
 from .children import (
     Children,
@@ -122,18 +122,15 @@ class Observer:
         if body is None:
             self.forget(key)
             return None
+        if multikueue.dispatched(body):
+            return await self._dispatched(key, body)
         manager = manager_of(body)
         if manager is not None:
-            # MultiKueue (or another controller) runs it and writes its status: no
-            # read, no child, no write here.
+            # Another controller runs it and writes its status: no read, child or write.
             if key not in self._left:
                 self._left.add(key)
-                logger.info(
-                    "job %s/%s: spec.managedBy is %s; left to it",
-                    *key,
-                    manager,
-                    extra=names.log_fields(*key),
-                )
+                fields = names.log_fields(*key)
+                logger.info("job %s/%s: managedBy %s; left to it", *key, manager, extra=fields)
             return None
         memory = self.memory_of(key, uid_of(body))
         # Every observed job, so that the gauge is whole after an operator restart too.
@@ -195,6 +192,27 @@ class Observer:
             flavors=flavors,
             priority=priority,
             worker_claims=worker_claims,
+        )
+        return seen, memory
+
+    async def _dispatched(self, key: Key, body: Obj) -> tuple[Observation, JobMemory]:
+        """MultiKueue's job on the manager cluster: only its Workload is read (and the
+        priority class it needs until it has one); it has no other child here."""
+        memory = self.memory_of(key, uid_of(body))
+        workloads = self.indexes.workloads.get(key, ())
+        children = sort_children(memory.uid, (), (), (), (), (), workloads)
+        served = self.discovery.served if self.discovery is not None else {}
+        priority: Priority | None = None
+        wanted_class = ((body.get("spec") or {}).get("scheduling") or {}).get("priorityClassName")
+        if wanted_class and children.workload is None and served.get("kueue"):
+            priority = await self._priority(str(wanted_class))
+        seen = Observation(
+            body=body,
+            children=children,
+            now=now_utc(),
+            default_image=self.settings.default_image,
+            kueue_api=served.get("kueue", False),
+            priority=priority,
         )
         return seen, memory
 

@@ -34,8 +34,9 @@ NAMESPACED: Final[Rights] = {
     "podgroups.scheduling.k8s.io": frozenset({"get", "create", "deletecollection"}),
     "podgroups.scheduling.volcano.sh": frozenset({"get", "create", "deletecollection"}),
     "podgroups.scheduling.x-k8s.io": frozenset({"get", "create", "deletecollection"}),
-    # watches.WORKLOADS (where Kueue is served); its status as Kueue's job framework.
-    "workloads.kueue.x-k8s.io": frozenset({"get", "list", "watch", "create"}),
+    # watches.WORKLOADS (where Kueue is served); its status as Kueue's job framework;
+    # patch: MultiKueue's Workload on a worker cluster adopted (multikueue.py).
+    "workloads.kueue.x-k8s.io": frozenset({"get", "list", "watch", "create", "patch"}),
     "workloads.kueue.x-k8s.io/status": frozenset({"patch"}),
     # observing.Observer._claim_template: the GPUs a worker's DRA claims add up to (claims.py).
     "resourceclaimtemplates.resource.k8s.io": frozenset({"get"}),

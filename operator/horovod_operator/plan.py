@@ -106,6 +106,16 @@ class WorkloadStatusPatch:
 
 
 @dataclass(frozen=True)
+class WorkloadAdoption:
+    """Make the job the controller of a Workload it did not create (MultiKueue's, on
+    a worker cluster: multikueue.py), conditional on the version read."""
+
+    name: str
+    resource_version: str
+    owner: Obj  # the job's controller ownerReference
+
+
+@dataclass(frozen=True)
 class Event:
     type: str  # Normal or Warning
     reason: str
@@ -160,3 +170,4 @@ class Plan:
     requeue_after: float | None = None
     accepted_spec: HorovodJobSpec | None = None  # remember this spec as accepted
     workload_status: WorkloadStatusPatch | None = None
+    workload_adopt: WorkloadAdoption | None = None

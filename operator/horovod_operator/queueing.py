@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from . import builders, names
+from . import builders, multikueue, names
 from .api import HorovodJob, HorovodJobStatus
 from .children import (
     Children,
@@ -41,7 +41,7 @@ from .conditions import (
     format_time,
 )
 from .kueue_admission import pod_set_admissions
-from .plan import Obj, Observation, WorkloadStatusPatch
+from .plan import Obj, Observation, WorkloadAdoption, WorkloadStatusPatch
 
 # Workload condition types and reasons (sigs.k8s.io/kueue/apis/kueue/v1beta2).
 QUOTA_RESERVED: Final = "QuotaReserved"
@@ -84,6 +84,7 @@ class Gate:
     admissions: Mapping[str, builders.Admission] | None = None
     create: dict[str, Any] | None = None
     patch: WorkloadStatusPatch | None = None
+    adopt: WorkloadAdoption | None = None
     requeue_after: float | None = None
 
 
@@ -91,9 +92,16 @@ def gate(job: HorovodJob, seen: Observation, attempt: int) -> Gate:
     children = seen.children
     workload = children.workload
     queue = job.spec.scheduling.queue
-    name = names.workload_name(job.metadata.name, attempt)
-    if workload is None or (workload_finished(workload) and name_of(workload) != name):
-        return _create(job, seen, attempt, name)
+    prebuilt = multikueue.prebuilt_workload(job.metadata.labels)
+    if prebuilt is not None:
+        # MultiKueue's copy on a worker cluster: that Workload only, never our own.
+        if workload is None or name_of(workload) != prebuilt:
+            hold, adopt = multikueue.wait_or_adopt(job, children, prebuilt)
+            return Gate(hold=hold, adopt=adopt)
+    else:
+        name = names.workload_name(job.metadata.name, attempt)
+        if workload is None or (workload_finished(workload) and name_of(workload) != name):
+            return _create(job, seen, attempt, name)
     wl_name = name_of(workload)
     if workload_finished(workload):
         finished = workload_condition(workload, FINISHED) or {}
@@ -162,7 +170,15 @@ def _queued_message(workload: Obj, queue: str) -> str:
         detail = str(reserved.get("message") or reserved.get("reason") or "pending")
     status = workload.get("status") or {}
     requeue = status.get("requeueState") or {}
-    if (workload.get("spec") or {}).get("active") is False:
+    checks = status.get("admissionChecks") or ()
+    rejected = next((c for c in checks if c.get("state") == "Rejected"), None)
+    if rejected is not None:
+        # Kueue deactivates it for good: spec.active back to true is rejected again.
+        detail = (
+            f"admission check {rejected.get('name')} rejected it ({rejected.get('message')}). "
+            f"Fix what the check asks, in a new job, or use a queue without that check"
+        )
+    elif (workload.get("spec") or {}).get("active") is False:
         # waitForPodsReady's requeuingBackoffLimitCount reached, or an admin's doing.
         requeued = workload_condition(workload, REQUEUED) or {}
         why = requeued.get("message") or requeued.get("reason") or "spec.active is false"

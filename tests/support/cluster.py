@@ -184,7 +184,14 @@ def session_cluster(
 def fresh_namespace(cluster: KubeCluster, test_name: str) -> Iterator[str]:
     """A namespace named after the test, with its default ServiceAccount in place."""
     slug = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].strip("-")
-    name = f"{slug}-{uuid.uuid4().hex[:5]}"
+    with named_namespace(cluster, f"{slug}-{uuid.uuid4().hex[:5]}") as name:
+        yield name
+
+
+@contextmanager
+def named_namespace(cluster: KubeCluster, name: str) -> Iterator[str]:
+    """Namespace `name` (one of the same name on a second cluster, say), with its
+    default ServiceAccount in place."""
     cluster.kubectl("create", "namespace", name)
     # Pods are refused until the ServiceAccount controller made "default".
     wait_for(

@@ -17,7 +17,10 @@ WORKLOADS = "workloads.kueue.x-k8s.io"
 
 @contextmanager
 def kueue_process(
-    cluster: KubeCluster, name: str = "kueue", wait_for_pods_ready: dict[str, Any] | None = None
+    cluster: KubeCluster,
+    name: str = "kueue",
+    wait_for_pods_ready: dict[str, Any] | None = None,
+    multi_kueue: dict[str, Any] | None = None,
 ) -> Iterator[KueueProcess]:
     """Kueue with its CRDs and webhooks (started before the operator of each test, so
     that it detects the Workload API). Its webhooks go before it stops, and its CRDs
@@ -29,6 +32,7 @@ def kueue_process(
         cluster.layout.root / name,
         cluster.logs_dir / f"{name}.log",
         wait_for_pods_ready=wait_for_pods_ready,
+        multi_kueue=multi_kueue,
     )
     try:
         seconds = process.start()

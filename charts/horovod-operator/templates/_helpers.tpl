@@ -100,9 +100,10 @@ checks with `kubectl auth can-i` that nothing beyond them is granted.
 # Kueue (docs/kueue.md): a job with a queue is admitted as one Workload, watched
 # (label-selected) for its admission; its status is written as Kueue's job
 # framework writes it (admission cleared after an eviction, Finished at the end).
+# patch: on a MultiKueue worker cluster, the Workload MultiKueue made is adopted.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["patch"]
