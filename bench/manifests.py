@@ -65,12 +65,23 @@ def launcher_command(workers: int) -> list[str]:
     return ["horovodrun", "-np", str(workers), "--hostfile", "/etc/mpi/hostfile", *COMMAND]
 
 
-def mpi_job(name: str, workers: int, clean_pod_policy: str = "Running") -> Obj:
+def mpi_job(
+    name: str, workers: int, clean_pod_policy: str = "Running", gang: str | None = None
+) -> Obj:
     """An MPIJob (kubeflow.org/v2beta1) equal to :func:`horovod_job`.
 
     The launcher runs `horovodrun -np <workers>` with the same per-rank command;
-    workers run sshd, as mpi-operator's own Horovod example does.
+    workers run sshd, as mpi-operator's own Horovod example does. `gang` (for an
+    mpi-operator run with --gang-scheduling): the group is the workers, as ours, since
+    the launcher is created once they are Ready (mpi-operator's default minMember
+    counts the launcher, and that group never fits); Volcano's Queue is `default`.
     """
+    run_policy: Obj = {"backoffLimit": 0, "cleanPodPolicy": clean_pod_policy}
+    if gang is not None:
+        policy: Obj = {"minAvailable": workers}
+        if gang == "Volcano":
+            policy["queue"] = "default"
+        run_policy["schedulingPolicy"] = policy
     return {
         "apiVersion": MPIJOB_API,
         "kind": "MPIJob",
@@ -78,7 +89,7 @@ def mpi_job(name: str, workers: int, clean_pod_policy: str = "Running") -> Obj:
         "spec": {
             "slotsPerWorker": 1,
             "launcherCreationPolicy": "WaitForWorkersReady",
-            "runPolicy": {"backoffLimit": 0, "cleanPodPolicy": clean_pod_policy},
+            "runPolicy": run_policy,
             "mpiReplicaSpecs": {
                 "Launcher": {
                     "replicas": 1,

@@ -127,7 +127,8 @@ class OperatorSpec:
     qps: float
     burst: int
     extra: list[str] = field(default_factory=list)
-    # Ours only: the jobs' spec.scheduling.gang.policy (None: the default, Auto).
+    # Ours: the jobs' spec.scheduling.gang.policy (None: the default, Auto); mpi-operator's:
+    # the scheduler its --gang-scheduling names (None: none), for its jobs' schedulingPolicy.
     gang: str | None = None
 
     @property

@@ -185,7 +185,7 @@ def job_manifest(spec: OperatorSpec, name: str, workers: int, clean: str = "Runn
         return manifests.horovod_job(name, workers, clean, gang=spec.gang)
     if spec.kind == "trainer":
         return manifests.train_job(name, workers)  # JobSet keeps the pods: no clean policy
-    return manifests.mpi_job(name, workers, clean)
+    return manifests.mpi_job(name, workers, clean, gang=spec.gang)
 
 
 def phase_fn(spec: OperatorSpec) -> Callable[[Obj], str | None]:
