@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated configurations to run")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--dir", default=str(REPO / ".work" / "cluster-gangs"))
-    parser.add_argument("--port-base", type=int, default=18700)
+    parser.add_argument("--port-base", type=int, default=19100)  # apart from the others
     parser.add_argument("--reuse", help="state dir of a running cluster to use instead")
     parser.add_argument("--keep-cluster", action="store_true")
     parser.add_argument("--qps", type=float, default=50.0)
