@@ -168,6 +168,7 @@ def _queued_message(workload: Obj, queue: str) -> str:
         detail = "quota reserved; waiting for its admission checks"
     else:
         detail = str(reserved.get("message") or reserved.get("reason") or "pending")
+        detail += _topology_note(workload)
     status = workload.get("status") or {}
     requeue = status.get("requeueState") or {}
     checks = status.get("admissionChecks") or ()
@@ -193,6 +194,20 @@ def _queued_message(workload: Obj, queue: str) -> str:
             f"(eviction {requeue.get('count') or 1})"
         )
     return f"Workload {name} waits in queue {queue} for Kueue to admit it: {detail}"
+
+
+def _topology_note(workload: Obj) -> str:
+    """What a Required topology asks, for a Workload Kueue cannot place yet: Kueue's
+    message names the last pod set it tried (often the launcher, "no TAS flavor")."""
+    for pod_set in (workload.get("spec") or {}).get("podSets") or ():
+        key = (pod_set.get("topologyRequest") or {}).get("required")
+        if key:
+            return (
+                f" (spec.scheduling.topology Required: its {pod_set.get('count')} "
+                f"{pod_set.get('name')} pods must fit in one {key} domain; Preferred lets "
+                f"them spread)"
+            )
+    return ""
 
 
 def admitted_flavors(workload: Obj | None) -> list[str]:

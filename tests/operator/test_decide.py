@@ -1214,6 +1214,20 @@ def test_a_job_waiting_in_the_queue_says_what_kueue_says() -> None:
     assert stored(plan)["restarts"] == 0
 
 
+def test_a_required_topology_kueue_cannot_place_is_named_in_the_message() -> None:
+    pending = workload(("QuotaReserved", "False", "Pending"))
+    pending["spec"]["podSets"] = [
+        {"name": "worker", "count": 3, "topologyRequest": {"required": "rack"}},
+        {"name": "launcher", "count": 1},
+    ]
+    message = stored(kueue(body(SUSPENDED, scheduling=QUEUE), wl=pending))["message"]
+    assert message == (
+        "Workload hvjob-j-0 waits in queue gpus for Kueue to admit it: Pending message "
+        "(spec.scheduling.topology Required: its 3 worker pods must fit in one rack "
+        "domain; Preferred lets them spread)"
+    )
+
+
 def test_an_admitted_job_starts_on_the_admitted_flavor() -> None:
     admitted = workload(*ADMITTED_WL, admitted_to="a100")
     plan = kueue(body(SUSPENDED, scheduling=QUEUE), [], wl=admitted, flavors={"a100": A100})

@@ -364,6 +364,51 @@ def test_kueue_topology_aware_scheduling_keeps_each_job_in_one_rack(
             assert "EvictedByKueue" not in reasons, (name, reasons)
 
 
+def test_kueue_topology_too_big_for_a_rack_waits_when_required_and_spreads_when_preferred(
+    kueue: KueueProcess, jobs: Jobs, cluster: KubeCluster, namespace: str
+) -> None:
+    """Three workers of 8 GPUs in racks of 16 (32 GPUs of quota): Required waits in
+    the queue saying why; Preferred is admitted across both racks."""
+    with rack_queue(cluster, namespace) as racks:
+        pool = {"key": POOL_LABEL, "operator": "Equal", "value": namespace, "effect": "NoSchedule"}
+
+        def wide(name: str, mode: str) -> dict[str, Any]:
+            manifest = queued_job(name, 8, "gpus")
+            manifest["spec"]["worker"]["replicas"] = 3
+            manifest["spec"]["worker"]["template"] = {"spec": {"tolerations": [pool]}}
+            manifest["spec"]["scheduling"]["topology"] = {"key": RACK_LABEL, "mode": mode}
+            return manifest
+
+        jobs.apply(wide("required", "Required"))
+
+        seen: list[str] = []
+
+        def waits_saying_why() -> str | None:
+            message = str(jobs.status("required").get("message") or "")
+            seen[:] = [message, json.dumps(find_workload(cluster, namespace, "required"))]
+            wanted = f"its 3 worker pods must fit in one {RACK_LABEL} domain"
+            return message if wanted in message and "queue gpus" in message else None
+
+        try:
+            said = jobs.op.wait(waits_saying_why, 60, "the Required job waiting, saying why")
+        except Exception:
+            print("last message and Workload:", *seen, sep="\n")
+            raise
+        print(f"required: {said}")
+        assert jobs.status("required")["phase"] == "Suspended"
+        assert jobs.pods("required") == []
+        cluster.kubectl("delete", "hvjob", "required", "-n", namespace)
+
+        jobs.apply(wide("spread", "Preferred"))
+        jobs.wait_running("spread", timeout=90)
+        on = {str(p["spec"]["nodeName"]) for p in _live(jobs, "spread")}
+        spanned = [rack for rack, members in racks.items() if on & set(members)]
+        assert len(on) == 3 and len(spanned) == 2, (on, racks)
+        for pod in _live(jobs, "spread"):
+            annotations = pod["metadata"]["annotations"]
+            assert annotations["kueue.x-k8s.io/podset-preferred-topology"] == RACK_LABEL
+
+
 def test_an_elastic_job_in_a_queue_smaller_than_its_maximum_runs_with_what_kueue_admits(
     kueue: KueueProcess, queue: str, jobs: Jobs, cluster: KubeCluster, namespace: str
 ) -> None:
