@@ -105,12 +105,15 @@ def gate(job: HorovodJob, seen: Observation, attempt: int) -> Gate:
     wl_name = name_of(workload)
     if workload_finished(workload):
         finished = workload_condition(workload, FINISHED) or {}
+        # MultiKueue's copy has no Workload of its own to queue again: MultiKueue deletes it.
+        then = "Delete the Workload to queue it again"
+        if prebuilt:
+            then = "MultiKueue deletes this copy"
         return Gate(
             hold=(
                 REASON_WORKLOAD_FINISHED,
                 f"Kueue finished Workload {wl_name} ({finished.get('reason')}: "
-                f"{finished.get('message')}) although the job has not; it waits. Delete the "
-                f"Workload to queue the job again",
+                f"{finished.get('message')}) although the job has not; it waits. {then}",
             )
         )
     if workload_true(workload, EVICTED) and workload_true(workload, QUOTA_RESERVED):

@@ -141,3 +141,12 @@ def test_a_rejected_admission_check_is_named_with_its_fix() -> None:
     message = stored(kueue(body(SUSPENDED, scheduling=QUEUE), wl=wl))["message"]
     assert "admission check multikueue rejected it (Expecting .spec.managedBy" in message
     assert "spec.active" not in message, message
+
+
+def test_a_finished_workload_under_a_running_job_says_what_happens_next() -> None:
+    finished = workload(*ADMITTED_WL, ("Finished", "True", "Succeeded"))
+    own = stored(kueue(body(SUSPENDED, scheduling=QUEUE), wl=finished))
+    copy = stored(kueue(worker_copy(SUSPENDED), wl=finished))
+    assert own["reason"] == copy["reason"] == "WorkloadFinished"
+    assert own["message"].endswith("Delete the Workload to queue it again"), own["message"]
+    assert copy["message"].endswith("MultiKueue deletes this copy"), copy["message"]
