@@ -73,11 +73,33 @@ say "installing the operator, dev and benchmark tools into .venv"
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e '.[operator,dev,bench]'
 
+# The worker's frameworks (3 GB of wheels) are fetched into a wheelhouse beside the
+# Go builds below, network beside CPU, and installed from it after them; a fresh
+# clone then installs them from disk.
+export WORKER_WHEELHOUSE="${WORKER_WHEELHOUSE:-$HOME/.cache/horovod-operator/wheelhouse}"
+fetch_pid=""
+fetch_log=".work/bootstrap-wheelhouse.log"
+if [[ "${SKIP_WORKER:-0}" != 1 ]]; then
+  mkdir -p .work
+  say "fetching the worker frameworks into $WORKER_WHEELHOUSE beside the Go builds (log: $fetch_log)"
+  hack/install-frameworks.sh --download-only >"$fetch_log" 2>&1 &
+  fetch_pid=$!
+fi
+
 say "building the local control plane (cached after the first run)"
 hack/cluster.sh build
 say "building CoreDNS for the local node agent (cached after the first run)"
 hack/nodeagent.sh build
 
+if [[ -n "$fetch_pid" ]]; then
+  if wait "$fetch_pid"; then
+    say "$(tail -n 1 "$fetch_log")"
+  else
+    # Not fatal: the install below downloads what is missing (and says why it cannot).
+    tail -n 20 "$fetch_log" >&2
+    say "fetching the frameworks beside the Go builds failed (above); the install tries again"
+  fi
+fi
 if [[ "${SKIP_WORKER:-0}" != 1 ]]; then
   say "installing the worker frameworks and Horovod (cached after the first run)"
   worker_args=()

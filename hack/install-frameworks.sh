@@ -5,6 +5,7 @@
 # so that a change to the Horovod build never downloads the frameworks again.
 #
 #   hack/install-frameworks.sh [--python PATH] [--frameworks LIST] [--gpu]
+#                              [--wheelhouse DIR [--download-only]]
 #
 #   --python PATH       interpreter of the target environment
 #                       (default: .venv/bin/python of the repository, or $PYTHON)
@@ -13,6 +14,13 @@
 #   --gpu               tensorflow[and-cuda] (its own CUDA 12 wheels) instead of
 #                       tensorflow-cpu. torch is the same either way: PyPI's torch
 #                       is a CUDA build that brings its nvidia-* wheels (CUDA 13)
+#   --wheelhouse DIR    first download the wheels into DIR (pip skips those it
+#                       has), then install from DIR alone: a second environment,
+#                       a fresh clone's say, copies 3 GB from disk instead of
+#                       fetching them again (default: $WORKER_WHEELHOUSE, which
+#                       hack/bootstrap.sh sets to ~/.cache/horovod-operator/wheelhouse)
+#   --download-only     with --wheelhouse: download, install nothing (bootstrap
+#                       runs this beside the Go builds: network beside CPU)
 #
 # Versions: hack/versions.env (section "Worker"). A variable already set in the
 # environment wins over the file, and the file may be absent when every variable
@@ -28,6 +36,8 @@ die() { printf '[install-frameworks] error: %s\n' "$*" >&2; exit 1; }
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 FRAMEWORKS="pytorch,tensorflow"
 GPU=0
+WHEELHOUSE="${WORKER_WHEELHOUSE:-}"
+DOWNLOAD_ONLY=0
 while (($#)); do
     case "$1" in
         --python) PYTHON="${2:?--python needs a path}"; shift 2 ;;
@@ -35,6 +45,9 @@ while (($#)); do
         --frameworks) FRAMEWORKS="${2:?--frameworks needs a list}"; shift 2 ;;
         --frameworks=*) FRAMEWORKS="${1#*=}"; shift ;;
         --gpu) GPU=1; shift ;;
+        --wheelhouse) WHEELHOUSE="${2:?--wheelhouse needs a directory}"; shift 2 ;;
+        --wheelhouse=*) WHEELHOUSE="${1#*=}"; shift ;;
+        --download-only) DOWNLOAD_ONLY=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
@@ -51,6 +64,7 @@ for fw in "${_fws[@]}"; do
     esac
 done
 ((WITH_TORCH || WITH_TF)) || die "--frameworks selects nothing"
+((!DOWNLOAD_ONLY)) || [[ -n "$WHEELHOUSE" ]] || die "--download-only needs --wheelhouse DIR"
 
 # ---- pinned versions (the environment wins over hack/versions.env) -----------
 needed=(NUMPY_VERSION SCIKIT_LEARN_VERSION TENSORBOARD_VERSION)
@@ -109,29 +123,43 @@ pkgs=(
 ((WITH_TORCH)) && pkgs+=("torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION")
 ((WITH_TF)) && pkgs+=("$TF_SPEC")
 PREFIX="$("$PYTHON" -c 'import sys; print(sys.prefix)')"
-log "installing into $PREFIX: ${pkgs[*]}"
 PIP_LOG="$(mktemp)"
+trap 'rm -f "$PIP_LOG"' EXIT
 # --only-binary: nothing here may compile (torch alone is several GB of wheels).
 # A dropped connection in the middle of a wheel of hundreds of MB is the usual
 # failure (seen in CI on nvidia-cublas): pip's own --retries covers a refused
-# connection but not a broken read, so the whole install is retried; wheels that
-# finished are in pip's cache and are not fetched again.
-attempt=1
-until "$PYTHON" -m pip install --only-binary=:all: --progress-bar off --retries 10 --timeout 120 \
-    "${pkgs[@]}" >"$PIP_LOG" 2>&1; do
-    tail -n 20 "$PIP_LOG" >&2
-    # A full disk is no dropped connection: a retry finds the half-written packages
-    # "already satisfied" and would report the frameworks ready.
-    if grep -q 'No space left on device' "$PIP_LOG"; then
-        die "no space left on the disk of $PREFIX (df: $(df -Pm "$PREFIX" | awk 'NR == 2 {print $4}') MB free); the environment is half installed. Fix: free space (docker builder prune, docker image prune), then rerun"
-    fi
-    ((attempt < ${PIP_ATTEMPTS:-4})) || die "pip could not install the frameworks after $attempt attempts (log above)"
-    log "pip failed (attempt $attempt); retrying in $((attempt * 15)) s"
-    sleep $((attempt * 15))
-    attempt=$((attempt + 1))
-done
+# connection but not a broken read, so the whole command is retried (with a
+# wheelhouse, the wheels that finished are in it and are not fetched again).
+pip_retried() {
+    local attempt=1 where="$PREFIX"
+    [[ "$1" == download ]] && where="$WHEELHOUSE"
+    until "$PYTHON" -m pip "$@" >"$PIP_LOG" 2>&1; do
+        tail -n 20 "$PIP_LOG" >&2
+        # A full disk is no dropped connection: a retry finds the half-written packages
+        # "already satisfied" and would report the frameworks ready.
+        if grep -q 'No space left on device' "$PIP_LOG"; then
+            die "no space left on the disk of $where (df: $(df -Pm "$where" | awk 'NR == 2 {print $4}') MB free); pip $1 stopped half way. Fix: free space (docker builder prune, docker image prune), then rerun"
+        fi
+        ((attempt < ${PIP_ATTEMPTS:-4})) || die "pip could not $1 the frameworks after $attempt attempts (log above)"
+        log "pip $1 failed (attempt $attempt); retrying in $((attempt * 15)) s"
+        sleep $((attempt * 15))
+        attempt=$((attempt + 1))
+    done
+}
+source_args=()
+if [[ -n "$WHEELHOUSE" ]]; then
+    mkdir -p "$WHEELHOUSE"
+    log "downloading into $WHEELHOUSE (wheels it holds are kept): ${pkgs[*]}"
+    pip_retried download --only-binary=:all: --progress-bar off --retries 10 --timeout 120 \
+        -d "$WHEELHOUSE" "${pkgs[@]}"
+    log "wheelhouse ready: $(grep -c '^Saved ' "$PIP_LOG" || true) wheels fetched now ($((SECONDS - START)) s)"
+    ((!DOWNLOAD_ONLY)) || exit 0
+    source_args=(--no-index --find-links "$WHEELHOUSE")
+fi
+log "installing into $PREFIX: ${pkgs[*]}"
+pip_retried install --only-binary=:all: --progress-bar off --retries 10 --timeout 120 \
+    "${source_args[@]}" "${pkgs[@]}"
 grep '^Successfully installed' "$PIP_LOG" >&2 || log "already installed"
-rm -f "$PIP_LOG"
 if ((WITH_TF)); then
     # tf-keras depends on "tensorflow", which would pull the GPU build on top of
     # tensorflow-cpu (both write the same files); it needs nothing else.

@@ -132,6 +132,44 @@ def test_frameworks_that_do_not_import_are_not_ready(tmp_path: Path) -> None:
     assert "frameworks ready" not in done.stderr
 
 
+def test_frameworks_come_from_the_wheelhouse_once_it_is_filled(tmp_path: Path) -> None:
+    """--wheelhouse: pip downloads into it first, then installs from it alone
+    (no index); --download-only stops after the download (bootstrap's prefetch)."""
+    python, calls = _fake_python(tmp_path, "exit 0", imports_ok=True)
+    house = tmp_path / "wheelhouse"
+
+    def pip_runs(calls: Path) -> list[str]:
+        lines = calls.read_text().splitlines()
+        return [c for c in lines if c.startswith(("-m pip download", "-m pip install"))]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(FRAMEWORKS_SCRIPT), "--python", str(python), "--frameworks", "pytorch", *args],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+
+    done = run("--wheelhouse", str(house), "--download-only")
+    assert done.returncode == 0, done.stderr
+    pip_calls = pip_runs(calls)
+    assert len(pip_calls) == 1 and pip_calls[0].startswith("-m pip download ")
+    assert f"-d {house} " in pip_calls[0] and "torch==" in pip_calls[0]
+    assert house.is_dir()
+
+    calls.unlink()
+    done = run("--wheelhouse", str(house))
+    assert done.returncode == 0, done.stderr
+    pip_calls = pip_runs(calls)
+    assert [c.split()[2] for c in pip_calls] == ["download", "install"], pip_calls
+    assert f"--no-index --find-links {house} " in pip_calls[1]
+
+    refused = run("--download-only")
+    assert refused.returncode == 1
+    assert "--download-only needs --wheelhouse DIR" in refused.stderr
+
+
 def test_patch_applies_to_the_pinned_sdist(tmp_path: Path) -> None:
     if not SDIST.exists():
         skip_unless_ci(f"{SDIST} not downloaded yet (hack/install-worker.sh downloads it)")
