@@ -71,7 +71,18 @@ docker_cli() {
   cli || die "no docker CLI that builds with BuildKit (a client older than 23, or one with the buildx plugin). Fix: hack/images.sh engine (installs Debian's docker.io), or set DOCKER=/path/to/docker"
 }
 
-answers() { timeout 20 "$1" info >/dev/null 2>&1; }
+# Whether the daemon answers `docker info` within 20 s. The client leaves the warm-up's
+# idle cgroup first, as build_client does: in a CI run of 2026-12-06 the warm-up's
+# torch-cpu step failed with "no Docker daemon answers" while another build exported
+# an image beside both test streams; a client starved at idle is the likely cause.
+answers() {
+  (
+    if [[ -w /sys/fs/cgroup/cpu/cgroup.procs ]]; then
+      echo "$BASHPID" >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null || true
+    fi
+    exec timeout 20 "$1" info >/dev/null 2>&1
+  )
+}
 
 need_root() {
   [[ $(id -u) -eq 0 ]] || die "$1 is missing. Fix: sudo apt-get install -y $2 (or run this as root)"

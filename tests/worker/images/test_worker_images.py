@@ -163,6 +163,26 @@ def test_image_size_is_within_its_budget(worker_image: WorkerImages, target: str
     assert image.size <= SIZE_BUDGET_GB[target] * 1e9
 
 
+def copied_out(docker: str, image: WorkerImage, path: str, into: Path) -> Path:
+    """The file at `path` in `image`, copied here (into the folder `into`)."""
+    container = f"hvk-inspect-{uuid.uuid4().hex[:8]}"
+    subprocess.run([docker, "create", "--name", container, image.name], check=True, text=True)
+    try:
+        copy = into / Path(path).name
+        subprocess.run([docker, "cp", f"{container}:{path}", str(copy)], check=True)
+    finally:
+        remove(docker, container)
+    return copy
+
+
+def readelf_path() -> str:
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        skip_unless_ci("readelf (binutils) is not installed here")
+    assert readelf is not None
+    return readelf
+
+
 def ldd_resolutions(output: str) -> dict[str, str]:
     """`ldd` lines `name => path (address)` as name -> path ("not found" kept)."""
     resolved: dict[str, str] = {}
@@ -232,17 +252,8 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
     assert nccl_built(docker, image) == nccl_major * 10000 + nccl_minor * 100 + nccl_patch
 
     # The extension itself, read here: what it needs, and its CUDA kernels.
-    container = f"hvk-inspect-{uuid.uuid4().hex[:8]}"
-    subprocess.run([docker, "create", "--name", container, image.name], check=True, text=True)
-    try:
-        copy = tmp_path / Path(extension).name
-        subprocess.run([docker, "cp", f"{container}:{extension}", str(copy)], check=True)
-    finally:
-        remove(docker, container)
-    readelf = shutil.which("readelf")
-    if readelf is None:
-        skip_unless_ci("readelf (binutils) is not installed here")
-    assert readelf is not None
+    copy = copied_out(docker, image, extension, tmp_path)
+    readelf = readelf_path()
     dynamic = subprocess.run(
         [readelf, "-d", str(copy)], capture_output=True, text=True, check=True
     ).stdout
@@ -282,20 +293,9 @@ def test_cpu_image_run_paths_name_only_the_images_own_folders(
     extension = f"{SITE}/{EXTENSIONS[image.framework]}"
     listed = run_in_image(docker, image.name, "sh", "-c", f"ls {extension}")
     assert listed.returncode == 0, listed.stdout + listed.stderr
-    container = f"hvk-inspect-{uuid.uuid4().hex[:8]}"
-    subprocess.run([docker, "create", "--name", container, image.name], check=True, text=True)
-    try:
-        copy = tmp_path / "extension.so"
-        source = f"{container}:{listed.stdout.strip()}"
-        subprocess.run([docker, "cp", source, str(copy)], check=True)
-    finally:
-        remove(docker, container)
-    readelf = shutil.which("readelf")
-    if readelf is None:
-        skip_unless_ci("readelf (binutils) is not installed here")
-    assert readelf is not None
+    copy = copied_out(docker, image, listed.stdout.strip(), tmp_path)
     dynamic = subprocess.run(
-        [readelf, "-d", str(copy)], capture_output=True, text=True, check=True
+        [readelf_path(), "-d", str(copy)], capture_output=True, text=True, check=True
     ).stdout
     runpath = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*?)\]", dynamic)
     entries = runpath.group(1).split(":") if runpath else []
