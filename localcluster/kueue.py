@@ -317,10 +317,10 @@ class KueueProcess(ManagedProcess):
         )
         self.install_webhooks()
         wait_for(
-            self.webhook_called,
+            lambda: self.webhook_called() and self.mutating_webhook_called(),
             max(1.0, deadline - time.monotonic()),
             interval=0.5,
-            message="the API server calling Kueue's Workload webhook",
+            message="the API server calling Kueue's Workload and ResourceFlavor webhooks",
             describe=self._describe,
             error=KueueError,
         )
@@ -372,6 +372,22 @@ class KueueProcess(ManagedProcess):
             "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
         )
         return proc.returncode != 0 and "reserved for internal kueue use" in proc.stderr
+
+    def mutating_webhook_called(self) -> bool:
+        """Whether the API server reaches Kueue's mutating webhooks too: they are another
+        configuration object, which the server may still read as the last Kueue's (a
+        port nobody listens on) after the validating one is current: the likely cause
+        of a CI run's ResourceFlavor refused with "connection refused" just after one
+        test module's Kueue stopped and the next one's started (2026-12-06)."""
+        probe = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "webhook-probe"},
+        }
+        proc = self.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=json.dumps(probe), check=False
+        )
+        return proc.returncode == 0
 
     def stop(self, timeout: float = 20) -> None:
         self.remove_webhooks()
