@@ -100,7 +100,33 @@ def elastic_look(
         where = checkpoint()
         count(0.0, "checkpoint_written")  # nobody leaves before rank 0 saved
         raise Preempted(f"every rank got SIGTERM at step {step}; {where}")
-    commit()
+    commit_or_leave(commit, stop, step, say)
     if stop.requested:
-        say(f"SIGTERM: leaving at step {step}; the others go on")
-        raise Departed(f"SIGTERM: left at step {step}; the other ranks go on")
+        _depart(step, say)
+
+
+def commit_or_leave(
+    commit: Callable[[], None], stop: StopOnSignal, step: int, say: Callable[[str], None]
+) -> None:
+    """An elastic commit (Horovod's ``state.commit()``) that a rank told to go cannot
+    turn into a reset.
+
+    The agent of a pod that got SIGTERM answers 503 at once, so the driver may drop
+    its host before the ranks' next agreed look at the flag. Then a commit raises
+    HostsUpdatedInterrupt on every rank at once (Horovod agrees on it in a
+    broadcast). The others reset and go on without this host; this rank must leave
+    instead: its reset would meet a rendezvous that no longer lists it, and Horovod
+    ends the process from a background thread (std::terminate, exit 134, nothing
+    said). Whatever the commit raised, a rank that got SIGTERM leaves with 143.
+    """
+    try:
+        commit()
+    except Exception:
+        if not stop.requested:
+            raise
+        _depart(step, say)
+
+
+def _depart(step: int, say: Callable[[str], None]) -> None:
+    say(f"SIGTERM: leaving at step {step}; the others go on")
+    raise Departed(f"SIGTERM: left at step {step}; the other ranks go on")

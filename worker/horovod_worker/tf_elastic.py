@@ -46,6 +46,7 @@ from horovod_worker.preemption import (
     DEFAULT_COMMIT_EVERY,
     FINISH_FILE_ENV,
     StopOnSignal,
+    commit_or_leave,
     elastic_look,
     finish_file_seen,
 )
@@ -153,6 +154,10 @@ def run(config: TrainConfig) -> dict[str, Any]:
     def train(state: Any) -> dict[str, Any]:
         nonlocal printed
         rank, size = hvd.rank(), hvd.size()
+
+        def say(message: str) -> None:
+            log(rank, message)
+
         if not state.sizes or state.sizes[-1] != size:
             state.sizes.append(size)
         if not printed:
@@ -184,7 +189,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 if stop.due(state.step):
                     _on_signals(state, stop, checkpoints, size)
                 if state.step % commit_every == 0:
-                    state.commit()
+                    commit_or_leave(state.commit, stop, state.step, say)
             elapsed = time.perf_counter() - started
             *totals, finish = summed(
                 [loss_sum, correct, count, elapsed, finish_file_seen()], "train"
@@ -200,7 +205,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 log(rank, f"{metrics.progress_line(config.epochs)} size={size}")
                 if checkpoints is not None:
                     checkpoints.save(state.epoch, state.step)
-            state.commit()
+            commit_or_leave(state.commit, stop, state.step, say)
             if finish:
                 if rank == 0:
                     log(rank, f"{FINISH_FILE_ENV} exists: training ends after epoch {state.epoch}")

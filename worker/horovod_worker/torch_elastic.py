@@ -61,6 +61,7 @@ from horovod_worker.preemption import (
     DEFAULT_COMMIT_EVERY,
     FINISH_FILE_ENV,
     StopOnSignal,
+    commit_or_leave,
     elastic_look,
     finish_file_seen,
 )
@@ -184,6 +185,10 @@ def run(config: TrainConfig) -> dict[str, Any]:
     def train(state: Any) -> dict[str, Any]:
         nonlocal printed_rank_line
         rank, size = hvd.rank(), hvd.size()
+
+        def say(message: str) -> None:
+            log(rank, message)
+
         if not state.sizes or state.sizes[-1] != size:
             state.sizes.append(size)
         if not printed_rank_line:
@@ -229,7 +234,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 if stop.due(state.step):
                     _on_signals(state, stop, config, size)
                 if state.step % commit_every == 0:
-                    state.commit()
+                    commit_or_leave(state.commit, stop, state.step, say)
             elapsed = time.perf_counter() - started
             *totals, finish = summed(
                 [loss_sum, correct, count, elapsed, finish_file_seen()], "train"
@@ -247,7 +252,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
                 if config.checkpoint_dir is not None:
                     save_checkpoint(config.checkpoint_dir, state, size, state.epoch + 1)
             state.epoch += 1
-            state.commit()
+            commit_or_leave(state.commit, stop, state.step, say)
             if finish:
                 if rank == 0:
                     log(rank, f"{FINISH_FILE_ENV} exists: training ends after epoch {state.epoch}")
