@@ -137,7 +137,11 @@ class ProgressReporter:
             self._last = (now, samples)
         else:
             self._last = (now, 0)
-        print(progress_line(record), file=self._out or sys.stdout, flush=True)
+        # One write: under PYTHONUNBUFFERED print() writes the newline apart, and
+        # another rank's output can land in between (horovod_worker.common.emit).
+        out = self._out or sys.stdout
+        out.write(progress_line(record) + "\n")
+        out.flush()
         return True
 
     def waiting(self) -> bool:

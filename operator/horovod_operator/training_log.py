@@ -21,8 +21,11 @@ from horovod_contract.progress import progress_in_line, waiting_rank_in_line
 
 # What `timestamps=true` puts first on each line: RFC 3339, fraction optional.
 _STAMP: Final = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z ")
+# The host stops where a name's characters do, and is looked for only before the next
+# start line: one rank's line can run into another's (read below).
+_PREFIX: Final = re.escape(contract.RANK_PREFIX)
 _RANK_LINE: Final = re.compile(
-    rf"{re.escape(contract.RANK_PREFIX)} rank=(\d+) size=(\d+)(?:\s.*?hostname=(\S+))?"
+    rf"{_PREFIX} rank=(\d+) size=(\d+)(?:\s(?:(?!{_PREFIX}).)*?hostname=([A-Za-z0-9._-]+))?"
 )
 _MISSING: Final = "Missing ranks:"
 _MISSING_RANK: Final = re.compile(r"(?:^|[>:\]\s])(\d+)!?: \[")
@@ -89,8 +92,11 @@ def read(log: str, after: str | None = None) -> Reading:
             if isinstance(record.get("size"), int):
                 out.sizes.append(record["size"])
             continue
-        rank = _RANK_LINE.search(line)
-        if rank is not None:
+        # Every start line in it: mpirun's tagged output can put one rank's after
+        # another's unended one ("[1,1]<stdout>:HVJOB_RANK rank=1 ... device=cpu[1,0]
+        # <stdout>:HVJOB_RANK rank=0 ...", kind CI of 2026-12-06, where rank 0's
+        # first step went unseen).
+        for rank in _RANK_LINE.finditer(line):
             number, size = int(rank.group(1)), int(rank.group(2))
             out.sizes.append(size)
             if rank.group(3):

@@ -38,6 +38,25 @@ def test_without_timestamps_the_line_is_still_found() -> None:
     assert reading.rank0_seen and reading.rank0_stamp is None and reading.last_stamp is None
 
 
+def test_a_start_line_run_into_another_ranks_is_found() -> None:
+    """mpirun's tags, as kind CI saw them on 2026-12-06: rank 1's line not ended when
+    rank 0's came, so both on one line. Rank 0's first step was missed."""
+    merged = (
+        "2026-12-06T07:13:30.579656576Z [1,1]<stdout>:HVJOB_RANK rank=1 size=2 local_rank=0 "
+        "local_size=1 hostname=t-worker-1 device=cpu[1,0]<stdout>:HVJOB_RANK rank=0 size=2 "
+        "local_rank=0 local_size=1 hostname=t-worker-0 device=cpu\n"
+    )
+    reading = read(merged)
+    assert reading.rank0_seen and reading.rank0_stamp == "2026-12-06T07:13:30.579656576Z"
+    assert reading.hosts == {0: "t-worker-0", 1: "t-worker-1"} and reading.sizes == [2, 2]
+    # A host at the end of one rank's line stops before the next rank's tag, and a
+    # line without one does not borrow the next rank's.
+    ended = read("HVJOB_RANK rank=1 size=2 hostname=w-1[1,0]<stdout>:HVJOB_RANK rank=0 size=2\n")
+    assert ended.rank0_seen and ended.hosts == {1: "w-1"}
+    bare = read("HVJOB_RANK rank=1 size=2 [1,0]<stdout>:HVJOB_RANK rank=0 size=2 hostname=w-0\n")
+    assert bare.rank0_seen and bare.hosts == {0: "w-0"}
+
+
 def test_other_ranks_and_look_alikes_are_not_rank_0() -> None:
     assert not read("HVJOB_RANK rank=1 size=2\nHVJOB_RANK rank=10 size=12\n").rank0_seen
     assert not read("").rank0_seen

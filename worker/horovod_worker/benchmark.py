@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 import horovod_contract as contract
 from horovod_worker.arguments import positive_int
-from horovod_worker.common import WorkerError, error_exit, hostname, log
+from horovod_worker.common import WorkerError, emit, error_exit, hostname, log
 from horovod_worker.devices import DeviceError, cgroup_cpu_limit, default_threads, select_for_pod
 
 PROG = "horovod_worker.benchmark"
@@ -388,7 +388,7 @@ def _finish(
             f"total {result['images_per_sec_total']:.2f} img/s over {size} ranks"
             + ("" if efficiency is None else f", scaling efficiency {efficiency:.1%}"),
         )
-        print(contract.result_line(result), flush=True)
+        emit(contract.result_line(result))
     return result
 
 

@@ -61,8 +61,17 @@ class TrainConfig:
     sync_batchnorm: bool = False
 
 
+def emit(line: str) -> None:
+    """One line to stdout in one write. The images set PYTHONUNBUFFERED, under which
+    print() writes a line and its newline apart, and mpirun's tagged output let
+    another rank's line begin in between (kind CI of 2026-12-06: rank 1's start
+    line and rank 0's on one line, and the operator missed rank 0's)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def log(rank: int, message: str) -> None:
-    print(f"[horovod_worker rank {rank}] {message}", flush=True)
+    emit(f"[horovod_worker rank {rank}] {message}")
 
 
 def check_expected_size(size: int, environ: Mapping[str, str] = os.environ) -> None:

@@ -32,6 +32,7 @@ from horovod_worker.common import (
     TrainConfig,
     WorkerError,
     elastic_summary,
+    emit,
     ensure_writable_dir,
     hostname,
     learning_rate,
@@ -164,7 +165,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
             line = rank_line(
                 rank, size, hvd.local_rank(), hvd.local_size(), host, choice.describe()
             )
-            print(line, flush=True)
+            emit(line)
             printed = True
         progress.rank, progress.size = rank, size  # a reset can change both
         scale = lr_scale(size, hvd.local_size(), False, choice.is_gpu)
@@ -214,7 +215,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
 
     result: dict[str, Any] = train(state)
     if hvd.rank() == 0:
-        print(contract.result_line(result), flush=True)
+        emit(contract.result_line(result))
     return result
 
 

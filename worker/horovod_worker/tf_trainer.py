@@ -35,6 +35,7 @@ from horovod_worker.common import (
     agree_on_error,
     check_expected_size,
     checksum,
+    emit,
     ensure_writable_dir,
     hostname,
     learning_rate,
@@ -253,7 +254,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     agree_on_error(hvd, error)
     assert dataset is not None
     host = hostname()
-    print(rank_line(rank, size, local_rank, local_size, host, choice.describe()), flush=True)
+    emit(rank_line(rank, size, local_rank, local_size, host, choice.describe()))
     if not choice.is_gpu:
         log(rank, choice.reason)
 
@@ -419,7 +420,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
         None,
     )
     if rank == 0:
-        print(contract.result_line(result), flush=True)
+        emit(contract.result_line(result))
     return result
 
 

@@ -36,6 +36,7 @@ from horovod_worker.common import (
     agree_on_error,
     check_expected_size,
     checksum,
+    emit,
     ensure_writable_dir,
     hostname,
     learning_rate,
@@ -219,7 +220,7 @@ def run(config: TrainConfig) -> dict[str, Any]:
     assert dataset is not None
     device = pin_device(choice)
     host = hostname()
-    print(rank_line(rank, size, local_rank, local_size, host, choice.describe()), flush=True)
+    emit(rank_line(rank, size, local_rank, local_size, host, choice.describe()))
     if not choice.is_gpu:
         log(rank, choice.reason)
 
@@ -435,5 +436,5 @@ def run(config: TrainConfig) -> dict[str, Any]:
         (type(m).__name__ for m in model.modules() if "BatchNorm" in type(m).__name__), None
     )
     if rank == 0:
-        print(contract.result_line(result), flush=True)
+        emit(contract.result_line(result))
     return result
