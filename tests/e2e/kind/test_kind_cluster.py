@@ -31,6 +31,15 @@ KIND = REPO / "hack" / "kind.sh"
 ARTIFACTS = REPO / ".work" / "kind-e2e"
 
 
+def _why(text: str) -> str:
+    """The lines that say why run.sh stopped, first in the assertion: after them
+    come pages of pods and events, and CI's excerpt of a failure keeps only its
+    two ends (the run of 2026-12-06 showed events and nothing of the cause)."""
+    marks = ("error:", "syntax error", "run.sh stopped at", "did not reach their expected phase")
+    lines = [line.strip() for line in text.splitlines() if any(m in line for m in marks)]
+    return " | ".join(lines[-4:]) or "no error line (see the log)"
+
+
 def _run(args: list[str], log: Path, env: dict[str, str], timeout: float) -> str:
     """Run in its own process group, all of which is stopped if the test stops early:
     a `kind load` left running would race the next run for the same cluster."""
@@ -48,7 +57,7 @@ def _run(args: list[str], log: Path, env: dict[str, str], timeout: float) -> str
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
     text = log.read_text()
-    assert code == 0, f"{' '.join(args)} failed; the end of {log}:\n{text[-6000:]}"
+    assert code == 0, f"{' '.join(args)} failed: {_why(text)}; the end of {log}:\n{text[-6000:]}"
     return text
 
 
