@@ -106,12 +106,18 @@ go_tools() {
 }
 
 images() {
+  local start=$SECONDS
   step hack/images.sh engine
   image_step hack/images.sh operator
   # In the order the tests ask for them: the kind test's two, then the GPU images.
   for target in torch-cpu tf-cpu torch-gpu tf-gpu; do
     image_step hack/images.sh worker "$target"
   done
+  # Every image built: what they did not use since this lane began (and half an hour
+  # more) is what older inputs left. Not after a failure, whose retry may want it.
+  if ((${#failed[@]} == 0)); then
+    step hack/images.sh prune "$(((SECONDS - start) / 60 + 30))m"
+  fi
   finish_lane "images"
 }
 
