@@ -70,6 +70,7 @@ def test_help_and_unknown_commands() -> None:
         "froms",
         "operator",
         "worker",
+        "prune",
         "version",
     )
     for command in commands:
@@ -90,6 +91,21 @@ def test_worker_targets_are_the_dockerfiles_final_stages() -> None:
     bad = images("worker", "torch-rocm")
     assert bad.returncode == 1
     assert "unknown worker target: torch-rocm" in bad.stderr
+
+
+def test_prune_names_our_images_as_the_dockerfiles_label_them() -> None:
+    """`prune` removes untagged images by their title label: the one each
+    Dockerfile sets. A wrong KEEP is refused before any daemon is needed."""
+    script = (REPO / "hack" / "images.sh").read_text()
+    dockerfiles = "".join(
+        (REPO / f"Dockerfile.{name}").read_text() for name in ("worker", "operator")
+    )
+    titles = set(re.findall(r"org\.opencontainers\.image\.title=\"([\w-]+)\"", dockerfiles))
+    assert titles == {"horovod-worker", "horovod-operator"}, titles
+    assert "for title in horovod-worker horovod-operator; do" in script
+    bad = images("prune", "a while")
+    assert bad.returncode == 1
+    assert "prune: KEEP is a duration such as 90m or 24h, not 'a while'" in bad.stderr
 
 
 def test_worker_build_args_default_to_the_pins() -> None:
