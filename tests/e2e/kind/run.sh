@@ -114,7 +114,7 @@ need_mb=$((peak / 1048576 + 2048))
 root="$(docker info -f '{{.DockerRootDir}}' 2>/dev/null || echo /)"
 free_mb="$(df -Pm "$root" | awk 'NR == 2 {print $4}')"
 if ((free_mb < need_mb)); then
-  echo "error: loading the images into kind needs about ${need_mb} MB free under $root; ${free_mb} MB are. Fix: docker builder prune; docker image prune" >&2
+  echo "error: loading the images into kind needs about ${need_mb} MB free under $root; ${free_mb} MB are. Fix: hack/images.sh prune (what older builds left), then docker image prune" >&2
   exit 1
 fi
 echo "loading $((bytes / 1048576)) MB of images; ${free_mb} MB free under $root, about ${need_mb} MB needed"

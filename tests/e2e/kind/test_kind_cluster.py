@@ -42,7 +42,7 @@ def _why(text: str) -> str:
 
 def _run(args: list[str], log: Path, env: dict[str, str], timeout: float) -> str:
     """Run in its own process group, all of which is stopped if the test stops early:
-    a `kind load` left running would race the next run for the same cluster."""
+    an image load left running would race the next run for the same cluster."""
     with log.open("a") as out:
         proc = subprocess.Popen(
             args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
