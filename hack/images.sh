@@ -23,9 +23,9 @@
 #                                of hack/versions.env as build arguments
 #   hack/images.sh worker-targets
 #                                the targets `worker` builds by default, one a line
-#   hack/images.sh prune [KEEP]  remove our untagged images and the build cache unused for
-#                                KEEP [24h] (after building every image, KEEP longer than
-#                                those builds took keeps what they used)
+#   hack/images.sh prune [KEEP]  remove our untagged images and the build cache no image holds
+#                                (docker builder prune --filter until=KEEP [24h]; run it
+#                                after building every image)
 #   hack/images.sh version       the version images are tagged with (pyproject.toml)
 #   hack/images.sh cli           the docker CLI this script uses (one that builds with BuildKit)
 #
@@ -511,13 +511,13 @@ worker() {
 # the images):
 # - older builds of our images, untagged once a newer one took the tag (every commit
 #   makes new ones: the revision label changes);
-# - build cache that no image holds and nothing used within KEEP (default 24h): a
-#   change to the images' inputs leaves the previous framework layers behind, 2-7 GB
-#   an image. Run after building every image, with KEEP longer than those builds
-#   took. The records of stages no image holds and a cached build does not open
-#   (Horovod's compile stages) go too; BuildKit still finds the final stages that
-#   installed their wheel, so nothing compiles again that would not have anyway
-#   (docs/images.md).
+# - build cache that no image holds (`docker builder prune --filter until=KEEP`,
+#   default 24h): a change to the images' inputs leaves the previous framework
+#   layers behind, 2-7 GB an image. KEEP is BuildKit's to read: on Docker 20.10 it
+#   also removed such records used minutes before (the CPU images' build stages,
+#   the operator's), so run it after building every image. Records that an image
+#   holds stay, and BuildKit still finds the final stages that installed Horovod's
+#   wheel, so the GPU images do not compile again (measured: docs/images.md).
 prune() {  # [KEEP]
   local keep="${1:-24h}" docker root before title
   [[ "$keep" =~ ^[0-9]+[smh]$ ]] || die "prune: KEEP is a duration such as 90m or 24h, not '$keep'"
@@ -528,7 +528,7 @@ prune() {  # [KEEP]
     "$docker" image prune -f --filter "label=org.opencontainers.image.title=$title" >/dev/null
   done
   "$docker" builder prune -f --filter "until=$keep" >/dev/null
-  say "pruned our untagged images and the build cache unused for $keep: $(($(free_mb "$root") - before)) MB freed, $(free_mb "$root") MB free under $root"
+  say "pruned our untagged images and the build cache no image holds (until=$keep): $(($(free_mb "$root") - before)) MB freed, $(free_mb "$root") MB free under $root"
 }
 free_mb() { df -Pm "$1" | awk 'NR == 2 {print $4}'; }
 

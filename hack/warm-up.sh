@@ -113,8 +113,8 @@ images() {
   for target in torch-cpu tf-cpu torch-gpu tf-gpu; do
     image_step hack/images.sh worker "$target"
   done
-  # Every image built: what they did not use since this lane began (and half an hour
-  # more) is what older inputs left. Not after a failure, whose retry may want it.
+  # Every image built: the build cache no image holds is what older inputs left (KEEP
+  # spans this lane and half an hour more). Not after a failure, whose retry may want it.
   if ((${#failed[@]} == 0)); then
     step hack/images.sh prune "$(((SECONDS - start) / 60 + 30))m"
   fi
