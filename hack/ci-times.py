@@ -3,10 +3,13 @@
 slowest tests from pytest's junit file, and the warm-up's steps.
 
     hack/ci-times.py [--phases .work/ci/phases.tsv] [--junit .work/ci/junit.xml ...]
-        [--warm-up .work/warm-up.log] [--slowest 15]
+        [--warm-up .work/warm-up.log] [--slowest 15] [--failed .work/ci/junit.xml ...]
 
 --junit may come more than once (hack/test.sh runs two pytest streams); a file
-that does not exist is left out.
+that does not exist is left out. --failed (also repeated) names the junit files
+whose failed tests are listed last, each with the start of its message: CI's
+excerpt of a run keeps its first and last lines, and a failure in the middle of
+the second stream's log was cut out of it (the run of e709365, 2026-12-06).
 
 phases.tsv: one `<phase>\t<seconds>` line per phase, in order (.ci/run writes it).
 Standard library only: it runs after any failure, whatever was installed.
@@ -48,6 +51,25 @@ def read_junit(path: Path) -> list[tuple[str, str, float, str]]:
                 outcome = {"failure": "failed"}.get(child.tag, child.tag)
         cases.append((tier_of(classname), f"{classname}::{case.get('name')}", seconds, outcome))
     return cases
+
+
+# How much of a failure's message is kept: the tests put the cause first.
+MESSAGE_CHARS = 600
+
+
+def read_failures(path: Path) -> list[tuple[str, str]]:
+    """(test id, the start of its message on one line) of each failed or erroring test."""
+    failures = []
+    for case in ET.parse(path).iter("testcase"):
+        for child in case:
+            if child.tag in ("failure", "error"):
+                text = child.get("message") or (child.text or "").strip() or child.tag
+                folded = " ".join(text.split())
+                if len(folded) > MESSAGE_CHARS:
+                    folded = folded[:MESSAGE_CHARS] + " [...]"
+                name = f"{case.get('classname', '')}::{case.get('name')}"
+                failures.append((f"{name} ({child.tag})" if child.tag == "error" else name, folded))
+    return failures
 
 
 def read_phases(path: Path) -> list[tuple[str, int]]:
@@ -108,17 +130,29 @@ def report(
     return "\n".join(out)
 
 
+def report_failures(failures: list[tuple[str, str]]) -> str:
+    if not failures:
+        return ""
+    out = [f"[ci] {len(failures)} failed, each with the start of its message:"]
+    for name, message in failures:
+        out += [f"[ci]   {name}", f"[ci]     {message}"]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--phases", type=Path)
     parser.add_argument("--junit", type=Path, action="append", default=[])
     parser.add_argument("--warm-up", type=Path)
     parser.add_argument("--slowest", type=int, default=15)
+    parser.add_argument("--failed", type=Path, action="append", default=[])
     args = parser.parse_args(argv)
     phases = read_phases(args.phases) if args.phases and args.phases.exists() else []
     cases = [case for path in args.junit if path.exists() for case in read_junit(path)]
     warm = read_warm_up(args.warm_up) if args.warm_up and args.warm_up.exists() else []
-    print(report(phases, cases, warm, args.slowest))
+    text = report(phases, cases, warm, args.slowest)
+    failures = [f for path in args.failed if path.exists() for f in read_failures(path)]
+    print("\n".join(part for part in (text, report_failures(failures)) if part))
     return 0
 
 

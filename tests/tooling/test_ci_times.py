@@ -123,3 +123,42 @@ def test_stream_b_takes_e2e_docker_and_named_training_modules() -> None:
     for name in modules:
         expected = name in TRAINING_IN_STREAM_B
         assert in_stream_b(("worker", "training", name), docker=False) is expected
+
+
+def test_failed_tests_come_last_with_the_start_of_their_message(tmp_path: Path) -> None:
+    # CI's excerpt keeps a run's last lines: the second stream's failure was cut out of
+    # the middle once, so .ci/run lists every failure after the phases.
+    (tmp_path / "phases.tsv").write_text("tests\t3000\n")
+    long_cause = "run.sh failed: error: loading the images needs room " + "x" * 900
+    (tmp_path / "junit-b.xml").write_text(
+        '<?xml version="1.0"?><testsuites><testsuite>'
+        '<testcase classname="tests.e2e.kind.test_kind_cluster" name="test_k" time="9">'
+        f'<failure message="AssertionError: {long_cause}\n  second line">trace</failure>'
+        "</testcase>"
+        '<testcase classname="tests.a" name="test_fixture" time="1"><error message="">'
+        "fixture broke</error></testcase>"
+        '<testcase classname="tests.a" name="test_ok" time="1"/>'
+        "</testsuite></testsuites>"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--phases", str(tmp_path / "phases.tsv"),
+         "--failed", str(tmp_path / "junit.xml"), "--failed", str(tmp_path / "junit-b.xml")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = proc.stdout.splitlines()
+    start = lines.index("[ci] 2 failed, each with the start of its message:")
+    assert lines[start - 1].startswith("[ci]   tests") and len(lines) == start + 5
+    assert lines[start + 1] == "[ci]   tests.e2e.kind.test_kind_cluster::test_k"
+    message = lines[start + 2]
+    assert message.startswith("[ci]     AssertionError: run.sh failed: error: loading")
+    assert message.endswith(" [...]") and "second line" not in message
+    assert lines[start + 3 :] == ["[ci]   tests.a::test_fixture (error)", "[ci]     fixture broke"]
+
+
+def test_no_failures_no_section(tmp_path: Path) -> None:
+    (tmp_path / "junit.xml").write_text(JUNIT.replace('<failure message="boom">x</failure>', ""))
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--failed", str(tmp_path / "junit.xml")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "failed" not in proc.stdout
