@@ -23,12 +23,17 @@ WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollectio
 
 
 def request_key(event: dict[str, Any]) -> str:
-    """`verb resource[/subresource]`, e.g. `create pods`, `patch horovodjobs/status`."""
+    """`verb resource[/subresource]`, e.g. `create pods`, `patch horovodjobs/status`;
+    a refused request gets its code after it, `create jobs (409)`: it cost the API
+    server a request but made nothing, and an operator that tries a create twice (a
+    stale cache) is told apart from one that creates twice."""
     ref = event.get("objectRef") or {}
     resource = ref.get("resource") or event.get("requestURI", "?")
     if ref.get("subresource"):
         resource = f"{resource}/{ref['subresource']}"
-    return f"{event.get('verb', '?')} {resource}"
+    key = f"{event.get('verb', '?')} {resource}"
+    code = (event.get("responseStatus") or {}).get("code")
+    return f"{key} ({code})" if isinstance(code, int) and code >= 400 else key
 
 
 def count_requests(

@@ -43,11 +43,21 @@ def test_ratio_of_medians() -> None:
     assert stats.ratio(ours, stats.summarize([0.0])) is None
 
 
-def _event(audit_id: str, agent: str, verb: str, resource: str, ns: str | None, **ref: str) -> str:
+def _event(
+    audit_id: str, agent: str, verb: str, resource: str, ns: str | None, code: int = 201, **ref: str
+) -> str:
     obj_ref = {"resource": resource, **ref}
     if ns is not None:
         obj_ref["namespace"] = ns
-    return json.dumps({"auditID": audit_id, "userAgent": agent, "verb": verb, "objectRef": obj_ref})
+    return json.dumps(
+        {
+            "auditID": audit_id,
+            "userAgent": agent,
+            "verb": verb,
+            "objectRef": obj_ref,
+            "responseStatus": {"metadata": {}, "code": code},
+        }
+    )
 
 
 def test_count_requests_by_agent_namespace_and_verb() -> None:
@@ -63,6 +73,9 @@ def test_count_requests_by_agent_namespace_and_verb() -> None:
         _event("5", "kopf/1.45.2", "watch", "pods", "ns1"),
         _event("6", "mpi-operator/v0.0.0", "create", "pods", "ns1", name="x"),
         _event("7", "horovod-operator", "create", "pods", "other", name="y"),
+        # A second try of a create the cache did not show yet: refused, counted apart.
+        _event("9", "horovod-operator", "create", "jobs", "ns1", code=201, name="j-launcher"),
+        _event("10", "horovod-operator", "create", "jobs", "ns1", code=409, name="j-launcher"),
         "not json",
     ]
     counts = audit.count_requests(lines, ("horovod-operator", "kopf/"), ["ns1"])
@@ -72,6 +85,8 @@ def test_count_requests_by_agent_namespace_and_verb() -> None:
             "patch horovodjobs/status": 1,
             "create events": 1,
             "deletecollection pods": 1,
+            "create jobs": 1,
+            "create jobs (409)": 1,
         }
     )
     assert counts["other"] == Counter({"watch pods": 1})
@@ -83,6 +98,8 @@ def test_per_job_totals() -> None:
     assert out["writes (total)"] == 10
     assert out["all (total)"] == 11
     assert audit.per_job(Counter(), 0) == {}
+    refused = audit.per_job(Counter({"create jobs": 2, "create jobs (409)": 1}), 2)
+    assert refused["create jobs"] == 1 and refused["writes (total)"] == 1.5
 
 
 def test_mpi_phase_from_conditions() -> None:

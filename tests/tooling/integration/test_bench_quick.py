@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench import procs
+from bench.audit import WRITE_VERBS
 from localcluster.paths import REPO
 from localcluster.processes import port_free, port_held
 from tests.support.prerequisites import available
@@ -85,12 +86,18 @@ def test_bench_quick(tmp_path: Path) -> None:
         # Every job reached Running, so each created its workers and launcher Job
         # once; ours also posted one Running Event (an undercount here once meant
         # the harness stopped the operator before its queued requests went out).
+        # A refused request is counted apart ("create jobs (409)"): a peer may try its
+        # launcher again when its cache lags (CI's run of e709365 counted 1.33 tries a
+        # job, one peer's), ours must never need to. (Its log reads are refused here:
+        # kwok's pods have no kubelet to serve them.)
         per_job = burst["api_per_job"]
         workers = results["meta"]["plan"]["burst_workers"]
-        assert per_job.get("create pods") == workers, per_job
-        assert per_job.get("create jobs") == 1, per_job
+        assert per_job.get("create pods") == workers, (op, per_job)
+        assert per_job.get("create jobs") == 1, (op, per_job)
         if op == "ours":
-            assert per_job.get("create events") == 1, per_job
+            assert per_job.get("create events") == 1, (op, per_job)
+            refused = [k for k in per_job if k.endswith(")") and k.split()[0] in WRITE_VERBS]
+            assert not refused, (op, per_job)
         idle = results["idle"][op]
         assert "error" not in idle, idle
         assert idle["rss_mb"] > 0
