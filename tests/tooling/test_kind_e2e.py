@@ -102,7 +102,7 @@ def test_the_rank_line_kept_while_running_times_a_job_whose_pods_are_gone(
         "spec": {"elastic": {"maxReplicas": 2}},
         "status": {"phase": "Running"},
     }
-    logs = {"pod/j-worker-1": "2026-12-02T10:00:07.400000000Z [0]<stdout>:HVJOB_RANK rank=0 size=2"}
+    logs = {"pod/j-worker-1": "2026-12-02T10:00:07.400000000Z [1]<stdout>:HVJOB_RANK rank=1 size=2"}
 
     def kubectl(*args: str) -> subprocess.CompletedProcess[str]:
         target = args[3] if args[0] == "logs" else ""
@@ -113,12 +113,24 @@ def test_the_rank_line_kept_while_running_times_a_job_whose_pods_are_gone(
 
     monkeypatch.setattr(kind_e2e, "_kubectl", kubectl)
     kept = tmp_path / "j.rank-line"
+    rank0 = "2026-12-02T10:00:09.300000000Z [0]<stdout>:HVJOB_RANK rank=0 size=2"
+
+    def job_then_rank0(name: str, namespace: str) -> dict[str, Any]:
+        # Rank 1's line came first; the lines are read again until rank 0's shows.
+        if kept.exists():
+            logs["pod/j-worker-1"] += "\n" + rank0
+            monkeypatch.setattr(kind_e2e, "get_job", lambda n, ns: next(calls))
+        return job
+
     calls = iter([job, {**job, "status": {"phase": "Succeeded"}}])
-    monkeypatch.setattr(kind_e2e, "get_job", lambda name, namespace: next(calls))
+    monkeypatch.setattr(kind_e2e, "get_job", job_then_rank0)
     assert kind_e2e.wait("j", "default", "Succeeded", timeout=10, interval=0, rank_line=kept)
     assert kept.read_text().startswith("2026-12-02T10:00:07.4")
+    assert rank0 in kept.read_text()
 
     logs.clear()  # the pods are gone
     monkeypatch.setattr(kind_e2e, "get_job", get_job)
     assert "apply_to_trainers_started_s" not in kind_e2e.timings("j", "default")
-    assert kind_e2e.timings("j", "default", kept)["apply_to_trainers_started_s"] == 7.4
+    times = kind_e2e.timings("j", "default", kept)
+    assert times["apply_to_trainers_started_s"] == 7.4
+    assert times["apply_to_rank0_started_s"] == 9.3

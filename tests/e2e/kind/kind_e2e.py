@@ -191,7 +191,8 @@ def wait(
 ) -> bool:
     """Wait for the job to finish; whether it ended as expected: the phase, the
     reason when given, and the text its manifest's annotation asks for. Into
-    `rank_line`, the first rank start line as soon as a pod prints it."""
+    `rank_line`, the rank start lines as soon as a pod prints them (kept until
+    rank 0's is among them)."""
     deadline = time.monotonic() + timeout
     job: dict[str, Any] | None = None
     last = None
@@ -200,10 +201,10 @@ def wait(
         last = None if job is None else (job.get("status") or {}).get("phase")
         if last in ("Succeeded", "Failed"):
             break
-        if job is not None and rank_line is not None and not rank_line.exists():
-            line = first_rank_line(name, namespace, job)
-            if line is not None:
-                rank_line.write_text(line + "\n")
+        if job is not None and rank_line is not None and _rank0(_kept(rank_line)) is None:
+            lines = rank_lines(name, namespace, job)
+            if lines:
+                rank_line.write_text("\n".join(lines) + "\n")
         time.sleep(interval)
     status = (job or {}).get("status") or {}
     problems = [] if last == expect else [f"phase {last}, expected {expect}"]
@@ -250,9 +251,9 @@ def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def first_rank_line(name: str, namespace: str, job: dict[str, Any]) -> str | None:
-    """The first rank start line, with its timestamp, from the pod that printed it
-    (None while no rank has started, or once the pods are gone).
+def rank_lines(name: str, namespace: str, job: dict[str, Any]) -> list[str]:
+    """The rank start lines, with their timestamps, from the pod that printed rank 0's
+    (none while no rank has started, or once the pods are gone).
 
     mpi mode: horovodrun on the launcher gathers every rank's output; gloo mode:
     each worker prints its own ranks' (worker-0 holds rank 0; in an elastic job,
@@ -267,29 +268,41 @@ def first_rank_line(name: str, namespace: str, job: dict[str, Any]) -> str | Non
             if f"{RANK_PREFIX} rank=0 " in text:
                 break
     # horovodrun prefixes each rank's line: "[1,0]<stdout>:HVJOB_RANK rank=0 ..."
-    return next((line for line in text.splitlines() if f"{RANK_PREFIX} rank=" in line), None)
+    return [line for line in text.splitlines() if f"{RANK_PREFIX} rank=" in line]
+
+
+def _rank0(lines: list[str]) -> str | None:
+    return next((line for line in lines if f"{RANK_PREFIX} rank=0 " in line), None)
+
+
+def _kept(path: Path | None) -> list[str]:
+    if path is None or not path.exists():
+        return []
+    return [line for line in path.read_text().splitlines() if line.strip()]
+
+
+def _seconds_after(created: datetime, line: str) -> float:
+    return round((_parse_time(line.partition(" ")[0]) - created).total_seconds(), 1)
 
 
 def timings(name: str, namespace: str, seen: Path | None = None) -> dict[str, Any]:
     """Seconds from the job's creation to its first rank's start line (Horovod is
-    initialised and the first step is next) and to its completion. The line is
-    read from the pods now, or else from `seen`, where `wait` kept it while the
-    job ran (an elastic job's finished workers may be cleaned up by then)."""
+    initialised and the first step is next), to rank 0's and to its completion. The
+    lines are read from the pods now, or else from `seen`, where `wait` kept them
+    while the job ran (an elastic job's finished workers may be cleaned up by then)."""
     job = get_job(name, namespace) or {}
     created = _parse_time(job["metadata"]["creationTimestamp"])
     status = job.get("status") or {}
     result: dict[str, Any] = {"phase": status.get("phase")}
-    line = first_rank_line(name, namespace, job)
-    if line is None and seen is not None and seen.exists():
-        line = seen.read_text().strip() or None
-    if line is not None:
-        stamp = line.partition(" ")[0]
-        result["apply_to_trainers_started_s"] = round(
-            (_parse_time(stamp) - created).total_seconds(), 1
-        )
+    lines = rank_lines(name, namespace, job) or _kept(seen)
+    if lines:
+        result["apply_to_trainers_started_s"] = _seconds_after(created, lines[0])
+    rank0 = _rank0(lines)
+    if rank0 is not None:
+        result["apply_to_rank0_started_s"] = _seconds_after(created, rank0)
     if status.get("firstStepTime"):
-        # The operator's own reading of the same line (its first_step watcher,
-        # through the chart's RBAC): should agree with the one above.
+        # The operator's own reading of rank 0's line (its first_step watcher, through
+        # the chart's RBAC), cut to the second: should agree with the one above.
         result["apply_to_first_step_s"] = round(
             (_parse_time(status["firstStepTime"]) - created).total_seconds(), 1
         )
@@ -325,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--expect", default="Succeeded")
     w.add_argument("--reason", default="")
     w.add_argument("--timeout", type=float, default=900)
-    w.add_argument("--rank-line", type=Path, help="where to keep the first rank start line")
+    w.add_argument("--rank-line", type=Path, help="where to keep the rank start lines")
     ready = sub.add_parser("operator-ready")
     ready.add_argument("--namespace", required=True)
     ready.add_argument("--timeout", type=float, default=120)
