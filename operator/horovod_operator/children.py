@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from . import names
+from . import kinds, names
 from .api import Failure, LauncherStatus
 
 Obj = Mapping[str, Any]
@@ -260,22 +260,35 @@ class Children:
 
     def one_of(self, kind: str) -> Obj | None:
         """The job's own object of a kind it has one of (kinds.DELETED_WHEN_INVALID)."""
-        return {"Secret": self.secret, "ConfigMap": self.config_map, "Service": self.service}[kind]
+        attribute = _ONE_EACH[kind]
+        found: Obj | None = getattr(self, attribute)
+        return found
 
 
-def sort_children(
-    uid: str,
-    pods: Iterable[Obj] = (),
-    batch_jobs: Iterable[Obj] = (),
-    secrets: Iterable[Obj] = (),
-    config_maps: Iterable[Obj] = (),
-    services: Iterable[Obj] = (),
-    workloads: Iterable[Obj] = (),
-) -> Children:
-    """Split what the label-selected watches show into the job's own and the rest."""
+# The kinds a job has one of, and the Children field that holds it.
+_ONE_EACH: Final = {
+    kinds.SECRET.kind: "secret",
+    kinds.CONFIG_MAP.kind: "config_map",
+    kinds.SERVICE.kind: "service",
+}
+
+
+def sort_children(uid: str, objects: Mapping[str, Iterable[Obj]]) -> Children:
+    """Split what the label-selected watches show (memory.Indexes.children, and the
+    Secret read by name), by kind name (kinds.ApiKind.kind), into the job's own and
+    the rest. A kind this does not know is a programming error, not a foreign object."""
+    unknown = set(objects) - {
+        kinds.LAUNCHER_JOB.kind,
+        kinds.POD.kind,
+        kinds.WORKLOAD.kind,
+        *_ONE_EACH,
+    }
+    if unknown:
+        raise ValueError(f"sort_children: no rule for the kinds {sorted(unknown)}")
     children = Children()
     foreign = children.foreign
-    for batch_job in batch_jobs:
+    # The launcher Job first: its pods are told apart by its UID.
+    for batch_job in objects.get(kinds.LAUNCHER_JOB.kind, ()):
         if role_of(batch_job) != names.ROLE_LAUNCHER:
             continue
         if controlled_by(batch_job, uid):
@@ -283,7 +296,7 @@ def sort_children(
         else:
             foreign[name_of(batch_job)] = batch_job
     launcher_uid = uid_of(children.launcher_job) if children.launcher_job else ""
-    for pod in pods:
+    for pod in objects.get(kinds.POD.kind, ()):
         role = role_of(pod)
         if role == names.ROLE_WORKER and controlled_by(pod, uid):
             children.workers.append(pod)
@@ -293,16 +306,13 @@ def sort_children(
             children.stray_launcher_pods.append(pod)
         else:
             foreign[name_of(pod)] = pod
-    for kind, items in (
-        ("secret", secrets),
-        ("config_map", config_maps),
-        ("service", services),
-    ):
-        for item in items:
+    for kind, attribute in _ONE_EACH.items():
+        for item in objects.get(kind, ()):
             if controlled_by(item, uid):
-                setattr(children, kind, item)
+                setattr(children, attribute, item)
             else:
                 foreign[name_of(item)] = item
+    workloads = list(objects.get(kinds.WORKLOAD.kind, ()))
     own = [w for w in workloads if controlled_by(w, uid)]
     foreign.update({name_of(w): w for w in workloads if not controlled_by(w, uid)})
     if own:

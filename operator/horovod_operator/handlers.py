@@ -181,8 +181,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
     def known(feature: Feature, served: bool) -> None:
         if feature is KUEUE and served:
-            watched.add(watches.WORKLOADS)
-            reconciler.executor.indexes = watched.indexes()
+            watched.add(watches.WORKLOADS)  # its store shows in the indexes at once
         reconciler.trigger_all()  # the jobs that waited for it
 
     memo.discovery = asyncio.create_task(discovery.retry(known)) if discovery.pending() else None

@@ -5,7 +5,8 @@ kube.Kube takes its paths from here, watches.py its watched kinds, the applier
 (applying.py) the order of its creates, and plan_deletes what goes with a job whose
 spec is invalid. A new kind of child is a row here, its builder, its RBAC rule
 (charts/, checked by tests/operator/test_permissions.py) and, if it is watched, its
-index (memory.Indexes) and where sort_children files it.
+watches.Kind (its index is keyed by the kind's name) and its rule in
+children.sort_children.
 """
 
 from __future__ import annotations

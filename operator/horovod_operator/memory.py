@@ -10,6 +10,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .kinds import HOROVOD_JOB, ApiKind
 from .plan import Refusal
 
 Key = tuple[str, str]  # (namespace, job name)
@@ -56,11 +57,23 @@ class JobMemory:
 
 @dataclass
 class Indexes:
-    """The watched objects of each kind (watches.Store), by (namespace, job name)."""
+    """The watched objects (watches.Store) by (namespace, job name), under the name of
+    their kind (kinds.ApiKind.kind): a kind watched later (Workloads, once Kueue is
+    known to be served) shows here as soon as its store is in `by_kind`."""
 
-    jobs: Index = field(default_factory=dict)
-    pods: Index = field(default_factory=dict)
-    launchers: Index = field(default_factory=dict)
-    config_maps: Index = field(default_factory=dict)
-    services: Index = field(default_factory=dict)
-    workloads: Index = field(default_factory=dict)
+    by_kind: Mapping[str, Index] = field(default_factory=dict)
+
+    def of(self, kind: ApiKind) -> Index:
+        return self.by_kind.get(kind.kind) or {}
+
+    @property
+    def jobs(self) -> Index:
+        return self.of(HOROVOD_JOB)
+
+    def children(self, key: Key) -> dict[str, Collection[Obj]]:
+        """Every watched child of the job `key`, by kind (children.sort_children's input)."""
+        return {
+            kind: index.get(key, ())
+            for kind, index in self.by_kind.items()
+            if kind != HOROVOD_JOB.kind
+        }

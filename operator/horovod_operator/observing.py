@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
-from . import accepted, claims, metrics, multikueue, names, queueing, sshkeys, views
+from . import accepted, claims, kinds, metrics, multikueue, names, queueing, sshkeys, views
 from .api import TERMINAL_PHASES, HorovodJobSpec, manager_of
 from .children import (
     Children,
@@ -135,15 +135,9 @@ class Observer:
         memory = self.memory_of(key, uid_of(body))
         # Every observed job, so that the gauge is whole after an operator restart too.
         metrics.PHASES.set(key, (body.get("status") or {}).get("phase"))
-        ix = self.indexes
+        secret = await self._secret(key, memory, body)
         children = sort_children(
-            memory.uid,
-            ix.pods.get(key, ()),
-            ix.launchers.get(key, ()),
-            await self._secret(key, memory, body),
-            ix.config_maps.get(key, ()),
-            ix.services.get(key, ()),
-            ix.workloads.get(key, ()),
+            memory.uid, {**self.indexes.children(key), kinds.SECRET.kind: secret}
         )
         self._settle(memory, children)
         _remember_launcher_disruptions(memory, children)
@@ -199,8 +193,8 @@ class Observer:
         """MultiKueue's job on the manager cluster: only its Workload is read (and the
         priority class it needs until it has one); it has no other child here."""
         memory = self.memory_of(key, uid_of(body))
-        workloads = self.indexes.workloads.get(key, ())
-        children = sort_children(memory.uid, (), (), (), (), (), workloads)
+        workloads = self.indexes.of(kinds.WORKLOAD).get(key, ())
+        children = sort_children(memory.uid, {kinds.WORKLOAD.kind: workloads})
         served = self.discovery.served if self.discovery is not None else {}
         priority: Priority | None = None
         wanted_class = ((body.get("spec") or {}).get("scheduling") or {}).get("priorityClassName")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Final
 
-from . import metrics, names, training_log
+from . import kinds, metrics, names, training_log
 from .api import STARTING_PHASES, TERMINAL_PHASES, manager_of
 from .conditions import format_time, now_utc, parse_time
 from .first_step import REASON_TRAINING_STARTED, rank0_sources
@@ -103,7 +103,9 @@ class ProgressWatcher:
                 watch = None
             phase = status.get("phase")
             if phase in TERMINAL_PHASES:
-                await self._last_look(key, body, list(indexes.pods.get(key, ())), watch, now_s)
+                await self._last_look(
+                    key, body, list(indexes.of(kinds.POD).get(key, ())), watch, now_s
+                )
                 continue
             if phase != "Running":
                 self._forget(key)
@@ -117,7 +119,7 @@ class ProgressWatcher:
                 seconds = (now_utc() - parse_time(watch.moved)).total_seconds()
                 metrics.JOB_SECONDS_SINCE_PROGRESS.labels(*key).set(max(0.0, seconds))
             if now_s >= watch.due:
-                await self._look(key, body, list(indexes.pods.get(key, ())), watch, now_s)
+                await self._look(key, body, list(indexes.of(kinds.POD).get(key, ())), watch, now_s)
         for key in set(self._watches) - set(indexes.jobs.keys()):
             self._forget(key)
         self._starting &= set(indexes.jobs.keys())

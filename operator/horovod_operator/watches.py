@@ -57,9 +57,9 @@ class WatchError(Exception):
 
 @dataclass(frozen=True)
 class Kind:
-    """One watched kind: where it lives, which of its objects, what is kept, and whose."""
+    """One watched kind: where it lives, which of its objects, what is kept, and whose.
+    Its objects fill the index under its kind's name (memory.Indexes.by_kind)."""
 
-    name: str  # the index it fills (memory.Indexes field)
     kind: str
     api_version: str
     plural: str
@@ -69,12 +69,11 @@ class Kind:
     @classmethod
     def of(
         cls,
-        name: str,
         api_kind: kinds.ApiKind,
         view: Callable[[Mapping[str, Any]], Obj],
         selector: str | None = names.MANAGED_SELECTOR,
     ) -> Kind:
-        return cls(name, api_kind.kind, api_kind.api_version, api_kind.plural, view, selector)
+        return cls(api_kind.kind, api_kind.api_version, api_kind.plural, view, selector)
 
     def path(self, namespace: str) -> str:
         return kinds.ApiKind(self.kind, self.api_version, self.plural).collection(namespace)
@@ -89,12 +88,12 @@ class Kind:
         return (namespace, str(job)) if job else None
 
 
-JOBS: Final = Kind.of("jobs", kinds.HOROVOD_JOB, views.whole, None)
-PODS: Final = Kind.of("pods", kinds.POD, views.slim_pod)
-LAUNCHERS: Final = Kind.of("launchers", kinds.LAUNCHER_JOB, views.whole)
-CONFIG_MAPS: Final = Kind.of("config_maps", kinds.CONFIG_MAP, views.slim_config_map)
-SERVICES: Final = Kind.of("services", kinds.SERVICE, views.slim_owned)
-WORKLOADS: Final = Kind.of("workloads", kinds.WORKLOAD, views.slim_workload)
+JOBS: Final = Kind.of(kinds.HOROVOD_JOB, views.whole, None)
+PODS: Final = Kind.of(kinds.POD, views.slim_pod)
+LAUNCHERS: Final = Kind.of(kinds.LAUNCHER_JOB, views.whole)
+CONFIG_MAPS: Final = Kind.of(kinds.CONFIG_MAP, views.slim_config_map)
+SERVICES: Final = Kind.of(kinds.SERVICE, views.slim_owned)
+WORKLOADS: Final = Kind.of(kinds.WORKLOAD, views.slim_workload)
 # Not Secrets: that watch would need the right to list and watch every Secret in
 # the cluster; the job's SSH Secret is read by name instead (observing.Observer._secret).
 ALWAYS: Final = (JOBS, PODS, LAUNCHERS, CONFIG_MAPS, SERVICES)
@@ -169,15 +168,16 @@ class Watches:
         self.connection = connection
         self.kinds = tuple(kinds)
         self.namespaces = tuple(namespaces) or ("",)
-        self.stores = {kind.name: Store() for kind in self.kinds}
+        self.stores = {kind.kind: Store() for kind in self.kinds}
         self._on_change = on_change
         self._on_synced = on_synced
-        self._unsynced = {(k.name, ns) for k in self.kinds for ns in self.namespaces}
+        self._unsynced = {(k.kind, ns) for k in self.kinds for ns in self.namespaces}
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     def indexes(self) -> Indexes:
-        return Indexes(**{name: store for name, store in self.stores.items()})
+        # The stores themselves: a kind added later (add) is in them at once.
+        return Indexes(self.stores)
 
     def start(self) -> None:
         self._session = aiohttp.ClientSession(
@@ -191,10 +191,10 @@ class Watches:
         """Watch one more kind (Kueue's Workloads, once discovery knows they are
         served); nothing if it is watched already. Its first list does not hold
         back readiness: the operator was ready without it."""
-        if kind.name in self.stores:
+        if kind.kind in self.stores:
             return
         self.kinds = (*self.kinds, kind)
-        self.stores[kind.name] = Store()
+        self.stores[kind.kind] = Store()
         for namespace in self.namespaces:
             self._tasks.append(asyncio.create_task(self._run(kind, namespace)))
 
@@ -216,8 +216,8 @@ class Watches:
             try:
                 if version is None:
                     version = await self._list(kind, namespace)
-                    if (kind.name, namespace) in self._unsynced:
-                        self._unsynced.discard((kind.name, namespace))
+                    if (kind.kind, namespace) in self._unsynced:
+                        self._unsynced.discard((kind.kind, namespace))
                         if not self._unsynced:
                             self._on_synced()
                 version = await self._watch(kind, namespace, version)
@@ -262,7 +262,7 @@ class Watches:
             if not token:
                 break
             query["continue"] = token
-        store = self.stores[kind.name]
+        store = self.stores[kind.kind]
         stale = store.uids(namespace)
         changed: set[Key] = set()
         for item in items:
@@ -289,7 +289,7 @@ class Watches:
         }
         if kind.selector:
             query["labelSelector"] = kind.selector
-        store = self.stores[kind.name]
+        store = self.stores[kind.kind]
         async with self._get(kind.path(namespace), query, SERVER_TIMEOUT + 30) as response:
             if response.status != 200:
                 await _json(response)  # raises, naming the status
@@ -318,7 +318,7 @@ class Watches:
         return version
 
     def _put(self, kind: Kind, uid: str, obj: Obj) -> set[Key]:
-        store = self.stores[kind.name]
+        store = self.stores[kind.kind]
         key = kind.key(obj)
         if key is None:  # a managed object without the job label: nobody's
             old = store.remove(uid)

@@ -26,7 +26,7 @@ from tests.operator.test_decide import (
 
 def config_map_recording(generation: int, spec: dict[str, Any]) -> dict[str, Any]:
     objects = infra()
-    cm = objects["config_maps"][0]
+    cm = objects["ConfigMap"][0]
     cm["metadata"]["annotations"] = accepted.record(generation, spec)
     return objects
 
@@ -94,7 +94,7 @@ def test_a_rejected_edit_keeps_the_record_and_a_lost_config_map_gets_it_back() -
     assert plan.config_annotations is None
     # The ConfigMap deleted by hand comes back with the spec the job runs on.
     objects = infra()
-    objects["config_maps"] = []
+    objects["ConfigMap"] = []
     plan = decide(
         observe(edited, ALL_UP, launcher_job(), objects=objects, accepted_raw=raw,
                 accepted_spec=accepted.parsed(raw[1], "img"))
@@ -106,7 +106,7 @@ def test_a_rejected_edit_keeps_the_record_and_a_lost_config_map_gets_it_back() -
 def test_after_a_restart_the_record_is_read_and_the_job_finishes_on_it() -> None:
     first = body()
     edited = body(RUNNING, generation=2, worker=BAD_TEMPLATE)
-    cm = config_map_recording(1, first["spec"])["config_maps"][0]
+    cm = config_map_recording(1, first["spec"])["ConfigMap"][0]
     memory = JobMemory()  # a new process: nothing remembered
     ran_on = last_run(memory, cm, 2)
     assert ran_on == (1, first["spec"]) and memory.accepted == ran_on
@@ -132,7 +132,7 @@ def test_the_record_is_compact_json() -> None:
 def test_a_lost_spec_still_runs_to_its_end_on_its_pods() -> None:
     edited = body(RUNNING, generation=2, worker=BAD_TEMPLATE)
     objects = infra()
-    objects["config_maps"] = []  # deleted while the operator was down
+    objects["ConfigMap"] = []  # deleted while the operator was down
     running = decide(observe(edited, ALL_UP, launcher_job(), objects=objects))
     assert stored(running)["phase"] == "Running"
     rejected = cond(running, "SpecRejected")
@@ -153,7 +153,7 @@ def test_a_lost_spec_still_runs_to_its_end_on_its_pods() -> None:
 def test_a_lost_spec_ends_a_failed_attempt_without_a_restart() -> None:
     edited = body(RUNNING, generation=2, worker=BAD_TEMPLATE)
     objects = infra()
-    objects["config_maps"] = []
+    objects["ConfigMap"] = []
     failed = decide(observe(edited, ALL_UP, launcher_job("Failed"), objects=objects))
     status = stored(failed)
     assert status["phase"] == "Failed", status
@@ -169,7 +169,7 @@ def test_a_lost_spec_uses_the_edits_valid_run_policy() -> None:
         runPolicy={"activeDeadlineSeconds": 60},
     )
     objects = infra()
-    objects["config_maps"] = []
+    objects["ConfigMap"] = []
     plan = decide(observe(edited, ALL_UP, launcher_job(), objects=objects))
     status = stored(plan)
     assert (status["phase"], status["reason"]) == ("Failed", "DeadlineExceeded")

@@ -123,11 +123,7 @@ def launcher_pod(phase: str = "Running", owner: str | None = "lj", **status: Any
 def infra(uid: str = UID, terminating: bool = False) -> dict[str, list[dict[str, Any]]]:
     """The Secret, ConfigMap and Service, as the slim indexes keep them."""
     result = {}
-    for key, kind, name in (
-        ("secrets", "Secret", "j-ssh"),
-        ("config_maps", "ConfigMap", "j-config"),
-        ("services", "Service", "j-worker"),
-    ):
+    for kind, name in (("Secret", "j-ssh"), ("ConfigMap", "j-config"), ("Service", "j-worker")):
         meta: dict[str, Any] = {"name": name, "ownerReferences": owned(uid)}
         if terminating:
             meta["deletionTimestamp"] = NOW_S
@@ -135,7 +131,7 @@ def infra(uid: str = UID, terminating: bool = False) -> dict[str, list[dict[str,
         if kind == "ConfigMap":
             job = parse_job(body())
             obj["data"] = new_config_map(job)["data"]
-        result[key] = [obj]
+        result[kind] = [obj]
     return result
 
 
@@ -149,7 +145,7 @@ def observe(
 ) -> Observation:
     parts = infra() if with_infra else {}
     parts.update(extra.pop("objects", {}))
-    children = sort_children(UID, pods or [], [ljob] if ljob else [], **parts)
+    children = sort_children(UID, {"Pod": pods or [], "Job": [ljob] if ljob else [], **parts})
     return Observation(
         body=job,
         children=children,
@@ -499,7 +495,7 @@ def test_delete_and_reapply_waits_for_the_old_children_then_runs_from_scratch() 
 
 def test_a_foreign_object_with_the_name_of_a_child_is_a_conflict() -> None:
     secret = {"kind": "Secret", "metadata": {"name": "j-ssh", "ownerReferences": []}}
-    plan = decide(observe(body(), [], with_infra=False, objects={"secrets": [secret]}))
+    plan = decide(observe(body(), [], with_infra=False, objects={"Secret": [secret]}))
     assert "Secret/j-ssh" not in created(plan)
     status, reason, message = cond(plan, "Stalled")
     assert (status, reason) == ("True", "ChildConflict")
@@ -1178,7 +1174,7 @@ SUSPENDED = {**RUNNING, "phase": "Suspended", "launcher": None, "reason": "Queue
 
 def kueue(job: dict[str, Any], pods: list[dict[str, Any]] | None = None, **extra: Any) -> Plan:
     wl = extra.pop("wl", None)
-    objects = {"workloads": [wl]} if wl is not None else {}
+    objects = {"Workload": [wl]} if wl is not None else {}
     return decide(observe(job, pods, objects=objects, kueue_api=True, **extra))
 
 

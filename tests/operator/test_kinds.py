@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from horovod_operator import builders, kinds
+from horovod_operator import builders, kinds, watches
+from horovod_operator.children import sort_children
 from horovod_operator.sshkeys import KeyPair
 from tests.operator.test_podgroups import make_job
 
@@ -59,3 +60,14 @@ def test_paths_of_namespaced_cluster_scoped_and_shared_kinds() -> None:
         "/apis/scheduling.volcano.sh/v1beta1/namespaces/a/podgroups"
     )
     assert kinds.POD.collection() == "/api/v1/pods"  # every namespace: a watch's list
+
+
+def test_every_watched_child_kind_has_a_sorting_rule_and_others_are_refused() -> None:
+    # The indexes are keyed by kind name and handed to sort_children whole: a new
+    # watched kind without a rule must fail loudly, not land among "foreign" objects.
+    watched = [k for k in (*watches.ALWAYS, watches.WORKLOADS) if k is not watches.JOBS]
+    owned = {"metadata": {"name": "x", "ownerReferences": [{"controller": True, "uid": "u"}]}}
+    for kind in [*(k.kind for k in watched), kinds.SECRET.kind]:
+        sort_children("u", {kind: [owned]})
+    with pytest.raises(ValueError, match="no rule for the kinds \\['Lease'\\]"):
+        sort_children("u", {kinds.LEASE.kind: [owned]})

@@ -30,7 +30,7 @@ def dispatched(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, A
 
 def manager(job: dict[str, Any], wl: dict[str, Any] | None = None, **extra: Any) -> Plan:
     """What the manager's operator sees of a dispatched job: its Workloads only."""
-    objects = {"workloads": [wl]} if wl is not None else {}
+    objects = {"Workload": [wl]} if wl is not None else {}
     extra.setdefault("kueue_api", True)
     return decide(observe(job, with_infra=False, objects=objects, **extra))
 

@@ -102,7 +102,9 @@ SECRET = {
 def kids(
     pods: list[dict[str, Any]], ljob: dict[str, Any] | None = None, secret: bool = True
 ) -> Children:
-    return sort_children("u", pods, [ljob] if ljob else [], secrets=[SECRET] if secret else [])
+    return sort_children(
+        "u", {"Pod": pods, "Job": [ljob] if ljob else [], "Secret": [SECRET] if secret else []}
+    )
 
 
 def status_of(

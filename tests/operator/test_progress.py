@@ -92,7 +92,7 @@ def _setup(
     kube = _Kube({LAUNCHER: log})
     jobs = {KEY: [job]}
     pods = [_pod(LAUNCHER, "launcher"), *(_pod(f"j-worker-{i}", "worker") for i in range(workers))]
-    indexes = Indexes(jobs=jobs, pods={KEY: pods})
+    indexes = Indexes({"HorovodJob": jobs, "Pod": {KEY: pods}})
     watcher = ProgressWatcher(kube, lambda: indexes, lambda: True)  # type: ignore[arg-type]
     return kube, jobs, watcher
 
@@ -184,7 +184,7 @@ def test_a_gloo_job_reads_one_workers_ranks_and_does_not_guess_the_rest() -> Non
     log += _waiting(80, 0)
     kube = _Kube({"j-worker-0": log})
     worker0 = _pod("j-worker-0", "worker")
-    indexes = Indexes(jobs={KEY: [job]}, pods={KEY: [worker0]})
+    indexes = Indexes({"HorovodJob": {KEY: [job]}, "Pod": {KEY: [worker0]}})
     watcher = ProgressWatcher(kube, lambda: indexes, lambda: True)  # type: ignore[arg-type]
     asyncio.run(watcher.scan(100.0))
     hung = kube.patches[-1]["progress"]["hung"]

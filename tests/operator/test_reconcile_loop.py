@@ -196,7 +196,8 @@ def test_a_permanent_refusal_fails_the_job_and_removes_what_was_created() -> Non
             },
         }
         # The Secret is not watched: the executor knows it from its own create.
-        loop.executor.indexes.pods = {KEY: [pod]}
+        watched = loop.executor.indexes.by_kind
+        loop.executor.indexes = Indexes({**watched, "Pod": {KEY: [pod]}})
         await loop.reconcile(KEY)
 
     asyncio.run(run())
@@ -379,7 +380,7 @@ def test_a_finished_job_without_its_secret_generates_no_keys(monkeypatch: Any) -
 
 
 def loop_indexes(jobs: Index | None = None) -> Indexes:
-    return Indexes(jobs=jobs if jobs is not None else {KEY: [JOB]})
+    return Indexes({"HorovodJob": jobs if jobs is not None else {KEY: [JOB]}})
 
 
 def test_a_job_is_reconciled_at_once_then_at_most_once_per_window() -> None:

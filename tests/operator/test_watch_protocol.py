@@ -94,9 +94,9 @@ def test_a_410_event_lists_again_and_forgets_what_went() -> None:
     )
 
     watching, changes = asyncio.run(
-        run_against(server, lambda w: ("ns", "b") in w.stores["config_maps"])
+        run_against(server, lambda w: ("ns", "b") in w.stores["ConfigMap"])
     )
-    store = watching.stores["config_maps"]
+    store = watching.stores["ConfigMap"]
     assert ("ns", "a") not in store
     assert server.requests[:3] == ["list", "watch@10", "list"]
     assert ("ns", "a") in changes[1:]  # told that a went
@@ -111,6 +111,6 @@ def test_a_410_list_and_a_cut_stream_are_retried_from_where_they_were() -> None:
             [{"type": "ADDED", "object": cm("c", "c", "16")}],
         ],
     )
-    _, changes = asyncio.run(run_against(server, lambda w: ("ns", "c") in w.stores["config_maps"]))
+    _, changes = asyncio.run(run_against(server, lambda w: ("ns", "c") in w.stores["ConfigMap"]))
     assert server.requests == ["list", "list", "watch@10", "watch@15"]
     assert changes == [("ns", "c")]

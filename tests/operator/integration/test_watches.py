@@ -65,7 +65,7 @@ def test_it_lists_watches_moves_and_forgets(cluster: KubeCluster, namespace: str
     apply(cluster, namespace, config_map("stranger", "a", managed=False))
 
     async def steps(watching: watches.Watches, changes: list[Key]) -> None:
-        store = watching.stores["config_maps"]
+        store = watching.stores["ConfigMap"]
         assert [o["metadata"]["name"] for o in store[(namespace, "a")]] == ["a-config"]
         assert next(iter(store[(namespace, "a")]))["kind"] == "ConfigMap"  # lists omit it
         assert changes == [(namespace, "a")]
@@ -91,7 +91,7 @@ def test_a_fresh_list_forgets_what_went_while_nobody_watched(
     apply(cluster, namespace, config_map("a-config", "a"))
 
     async def steps(watching: watches.Watches, changes: list[Key]) -> None:
-        store = watching.stores["config_maps"]
+        store = watching.stores["ConfigMap"]
         assert (namespace, "a") in store
         # Nobody watches (as after a 410); meanwhile one object goes and another
         # comes. A fresh list replaces what was kept.
@@ -114,7 +114,7 @@ def test_an_api_server_that_refuses_is_retried(
     """A watch of a kind nobody serves fails with the server's answer and is retried
     (asked again after its backoff), never reported as synced and never crashing
     the operator."""
-    bogus = watches.Kind("config_maps", "Nothing", "example.com/v1", "nothings", dict)
+    bogus = watches.Kind("Nothing", "example.com/v1", "nothings", dict)
     synced = asyncio.Event()
     caplog.set_level(logging.WARNING, logger=watches.__name__)
 
