@@ -21,7 +21,6 @@ cleanup, signals, logging).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import ssl
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -30,6 +29,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 import aiohttp
+from pydantic_core import from_json
 
 from . import kinds, names, views
 from .connection import Connection
@@ -296,7 +296,7 @@ class Watches:
             while line := await response.content.readline(max_line_length=MAX_LINE):
                 if not line.strip():
                     continue
-                event = json.loads(line)
+                event = from_json(line)  # pydantic_core's: see kube.py
                 obj = event.get("object") or {}
                 type_ = event.get("type")
                 if type_ == "ERROR":
@@ -329,15 +329,15 @@ class Watches:
 
 async def _json(response: aiohttp.ClientResponse) -> Obj:
     """The JSON body of a 2xx answer; anything else raises, 410 as Gone."""
-    text = await response.text()
+    raw = await response.read()
     if response.status == 410:
         raise Gone()
     if not 200 <= response.status < 300:
         try:
-            status = json.loads(text)
+            status = from_json(raw)
             message = f"{status.get('reason')}: {status.get('message')}"
         except ValueError:
-            message = text[:300]
+            message = raw[:300].decode(errors="replace")
         raise WatchError(f"{response.status} {message}")
-    data: Obj = json.loads(text)
+    data: Obj = from_json(raw)
     return data
