@@ -170,7 +170,10 @@ class Harness:
     def _profile(
         self, spec: OperatorSpec, proc: OperatorProcess | TrainerProcess, ns: str
     ) -> subprocess.Popen[bytes] | None:
-        """py-spy on our operator (--profile): collapsed stacks, one file per scenario."""
+        """py-spy on our operator (--profile): collapsed stacks, one file per scenario.
+        Only samples of the thread that holds the GIL (--gil): the CPU the operator's
+        Python spends. Without it, the HTTP client's threads waiting in socket reads
+        filled most of the profile (docs/benchmarks/profile-ours-nogang-s512.txt)."""
         if not self.args.profile or spec.kind != "horovod":
             return None
         py_spy = Path(sys.executable).parent / "py-spy"
@@ -185,7 +188,8 @@ class Harness:
                 "--pid",
                 str(proc.pid),
                 "--rate",
-                "50",
+                "100",
+                "--gil",
                 "--format",
                 "raw",
                 "--output",
