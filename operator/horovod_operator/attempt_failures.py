@@ -11,17 +11,7 @@ from typing import Any, Final
 
 from . import names
 from .api import ATTEMPT_PHASES, Failure, HorovodJob, HorovodJobStatus, LauncherStatus
-from .children import (
-    Children,
-    attempt_of,
-    deleted_workers,
-    disruption_of,
-    finished_at,
-    launcher_failures,
-    name_of,
-    pod_failures,
-    pod_phase,
-)
+from .children import Children, attempt_of, deleted_workers, launcher_failures, name_of
 from .conditions import (
     REASON_FAIL_JOB,
     REASON_LAUNCHER_DELETED,
@@ -33,6 +23,7 @@ from .conditions import (
     fail,
 )
 from .failures import Judged, judge, outcome
+from .pod_state import disruption_of, finished_at, pod_failures, pod_phase
 
 # status.failures keeps this many (the first to fail first); the message names fewer.
 MAX_FAILURES: Final = 10

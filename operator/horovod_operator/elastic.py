@@ -26,18 +26,11 @@ from __future__ import annotations
 from typing import Final
 
 from .api import ElasticStatus, HorovodJob, HorovodJobStatus, LostWorker
-from .children import (
-    attempt_of,
-    disruption_of,
-    is_terminating,
-    name_of,
-    pod_failures,
-    pod_phase,
-    uid_of,
-)
+from .children import attempt_of, is_terminating, name_of, uid_of
 from .conditions import REASON_POD_DELETED, REASON_RESIZED, REASON_WORKER_LOST, format_time
 from .failures import judge, outcome
 from .plan import Delete, Event, Observation
+from .pod_state import disruption_of, pod_failures, pod_phase
 
 # Lost workers kept in the status (the count is kept whole).
 KEPT_LOSSES: Final = 20

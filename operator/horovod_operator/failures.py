@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from .api import Failure, PodFailurePolicy, PodFailurePolicyRule
-from .children import DISRUPTION_TARGET, has_condition
+from .pod_state import DISRUPTION_TARGET, has_condition
 
 Action = Literal["Ignore", "Count", "FailJob"]
 _SEVERITY: Final[dict[str, int]] = {"Ignore": 0, "Count": 1, "FailJob": 2}

@@ -19,21 +19,14 @@ from typing import Final
 
 from . import accepted, claims, kinds, metrics, multikueue, names, queueing, sshkeys, views
 from .api import TERMINAL_PHASES, HorovodJobSpec, manager_of
-from .children import (
-    Children,
-    disruption_of,
-    name_of,
-    sort_children,
-    uid_of,
-    waiting_to_start,
-    workload_finished,
-)
+from .children import Children, name_of, sort_children, uid_of, workload_finished
 from .conditions import now_utc, parse_time
 from .discovery import Discovery
 from .kube import Kube
 from .kube_errors import KubeError
 from .memory import Indexes, JobMemory, Key, Obj
 from .plan import Observation, Priority
+from .pod_state import disruption_of, waiting_to_start
 from .pod_warnings import PodWarnings, Warning
 from .refusals import refused
 

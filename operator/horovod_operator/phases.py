@@ -25,14 +25,7 @@ from .api import (
     WorkerCounts,
 )
 from .attempt_failures import failed_attempt, judge_failures, name_of_rank0, wrong_world_size
-from .children import (
-    Children,
-    current_workers,
-    launcher_state,
-    pod_phase,
-    pod_ready,
-    stale_children,
-)
+from .children import Children, current_workers, launcher_state, stale_children
 from .conditions import (
     CREATED,
     REASON_CREATED,
@@ -58,6 +51,7 @@ from .conditions import (
     set_condition,
 )
 from .failures import Judged
+from .pod_state import pod_phase, pod_ready
 
 # Phases of an attempt under way (its pods exist or are being made).
 _ATTEMPT_PHASES: Final = frozenset({"Pending", "Starting", "Running", "Restarting"})

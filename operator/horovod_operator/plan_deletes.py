@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from . import names
 from .api import HorovodJob, HorovodJobStatus
-from .children import is_terminating, labels_of, metadata_of, name_of, pod_phase, role_of, uid_of
+from .children import is_terminating, labels_of, metadata_of, name_of, role_of, uid_of
 from .conditions import (
     FAILED,
     REASON_DEADLINE,
@@ -22,6 +22,7 @@ from .conditions import (
 from .kinds import DELETED_WHEN_INVALID
 from .phases import due_time
 from .plan import Delete, Observation, Plan, PodSweep
+from .pod_state import pod_phase
 
 # Failures after which nothing of the job keeps running, whatever cleanPodPolicy.
 _STOP_EVERYTHING: Final = frozenset({REASON_DEADLINE, REASON_INVALID_SPEC, REASON_STARTUP_TIMEOUT})

@@ -13,16 +13,7 @@ from typing import Final
 
 from . import claims, names, podgroups
 from .api import STARTING_PHASES, HorovodJob, HorovodJobStatus
-from .children import (
-    Obj,
-    attempt_of,
-    controller_of,
-    describe_owner,
-    is_terminating,
-    name_of,
-    pod_phase,
-    pod_problem,
-)
+from .children import Obj, attempt_of, controller_of, describe_owner, is_terminating, name_of
 from .conditions import (
     REASON_CHILD_CONFLICT,
     REASON_CREATE_FAILED,
@@ -34,6 +25,7 @@ from .conditions import (
 )
 from .phases import due_time
 from .plan import Observation
+from .pod_state import pod_phase, pod_problem
 
 
 def refused_phrase(kind: str, name: str) -> str:

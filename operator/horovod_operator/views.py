@@ -14,7 +14,7 @@ from . import accepted
 
 Obj = dict[str, Any]
 
-# What the decisions read of a pod (children.py).
+# What the decisions read of a pod (children.py, pod_state.py).
 _POD_META: Final = (
     "name",
     "uid",
