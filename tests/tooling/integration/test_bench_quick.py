@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from bench import procs
-from bench.audit import WRITE_VERBS
 from localcluster.paths import REPO
 from localcluster.processes import port_free, port_held
 from tests.support.prerequisites import available
@@ -88,15 +87,16 @@ def test_bench_quick(tmp_path: Path) -> None:
         # the harness stopped the operator before its queued requests went out).
         # A refused request is counted apart ("create jobs (409)"): a peer may try its
         # launcher again when its cache lags (CI's run of e709365 counted 1.33 tries a
-        # job, one peer's), ours must never need to. (Its log reads are refused here:
-        # kwok's pods have no kubelet to serve them.)
+        # job, one peer's); ours must never need to try a create twice.
         per_job = burst["api_per_job"]
         workers = results["meta"]["plan"]["burst_workers"]
         assert per_job.get("create pods") == workers, (op, per_job)
         assert per_job.get("create jobs") == 1, (op, per_job)
         if op == "ours":
             assert per_job.get("create events") == 1, (op, per_job)
-            refused = [k for k in per_job if k.endswith(")") and k.split()[0] in WRITE_VERBS]
+            # (A conditional status patch may meet a 409 and a delete a 404, answers the
+            # operator expects; its log reads are refused here: kwok has no kubelet.)
+            refused = [k for k in per_job if k.startswith("create ") and k.endswith(")")]
             assert not refused, (op, per_job)
         idle = results["idle"][op]
         assert "error" not in idle, idle
