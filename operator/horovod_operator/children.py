@@ -1,4 +1,5 @@
-"""Reading the children of a job: which objects are its own, and what they say.
+"""Reading the children of a job: which objects are its own, its launcher's state
+and the current attempt's pods (what a pod's status says: pod_state.py).
 
 Labels select, ownership decides. The watches bring every object that carries
 the operator's labels for a job name, including those of a deleted job of the
