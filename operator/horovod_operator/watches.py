@@ -249,28 +249,35 @@ class Watches:
         )
 
     async def _list(self, kind: Kind, namespace: str) -> str:
-        """Replace what is kept of `kind` in `namespace` with a fresh list; its version."""
-        items: list[Obj] = []
+        """Replace what is kept of `kind` in `namespace` with a fresh list; its version.
+
+        Each page is cut down to what is kept (the kind's view) as it arrives: holding
+        every page's whole objects until the last one made a restart beside 25,000
+        pods settle at 846 MB against 304 MB for the same operator that had grown
+        with them (bench.ceiling, 2026-12-06)."""
+        kept: list[tuple[str, Key | None, Obj]] = []
         query = {"limit": str(LIST_PAGE)}
         if kind.selector:
             query["labelSelector"] = kind.selector
         while True:
             async with self._get(kind.path(namespace), query, 60.0) as response:
                 data = await _json(response)
-            items += data.get("items") or []
+            for item in data.get("items") or ():
+                item.setdefault("kind", kind.kind)
+                item.setdefault("apiVersion", kind.api_version)
+                uid = str(item["metadata"].get("uid"))
+                kept.append((uid, kind.key(item), kind.view(item)))
             token = (data.get("metadata") or {}).get("continue")
             if not token:
                 break
             query["continue"] = token
+            data = {}  # the page's whole objects go before the next page comes
         store = self.stores[kind.kind]
         stale = store.uids(namespace)
         changed: set[Key] = set()
-        for item in items:
-            item.setdefault("kind", kind.kind)
-            item.setdefault("apiVersion", kind.api_version)
-            uid = str(item["metadata"].get("uid"))
+        for uid, key, view in kept:
             stale.discard(uid)
-            changed |= self._put(kind, uid, item)
+            changed |= self._keep(kind, uid, key, view)
         for uid in stale:
             key = store.remove(uid)
             if key is not None:
@@ -318,12 +325,15 @@ class Watches:
         return version
 
     def _put(self, kind: Kind, uid: str, obj: Obj) -> set[Key]:
+        return self._keep(kind, uid, kind.key(obj), kind.view(obj))
+
+    def _keep(self, kind: Kind, uid: str, key: Key | None, view: Obj) -> set[Key]:
+        """Keep an object's view under its job's key; the keys whose objects changed."""
         store = self.stores[kind.kind]
-        key = kind.key(obj)
         if key is None:  # a managed object without the job label: nobody's
             old = store.remove(uid)
             return {old} if old is not None else set()
-        moved = store.put(uid, key, kind.view(obj))
+        moved = store.put(uid, key, view)
         return {key} if moved is None else {key, moved}
 
 
