@@ -39,13 +39,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from localcluster import gobuild, operator
-from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, Cluster, Layout
+from localcluster import operator
+from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, Layout
 from localcluster.kube import Client
 from localcluster.namespaces import create_namespace
 from localcluster.paths import REPO
 
-from . import manifests, stats
+from . import control_plane, manifests, stats
 from .memory import _settled_rss
 from .procs import cpu_seconds, log, rss_mb
 from .run import loadavg
@@ -118,11 +118,8 @@ def _operator(layout: Layout, out: Path, name: str, args: argparse.Namespace) ->
 
 def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     out = Path(args.out)
-    layout = Layout(root=Path(args.dir).resolve(), port_base=args.port_base)
-    impl = Cluster(layout)
-    impl.down(quiet=True)
-    gobuild.build()
-    impl.up()
+    impl = control_plane.fresh(args.dir, args.port_base)
+    layout = impl.layout
     pods_total = args.jobs * (args.workers + 1)
     nodes = math.ceil(pods_total / PODS_PER_NODE)
     impl.add_kwok_nodes(nodes, PODS_PER_NODE, prefix=NODE_PREFIX)
@@ -147,12 +144,7 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
         "steps": steps,
     }
     try:
-        impl.kubectl(
-            "apply", "--server-side", "-f", str(REPO / "crds" / "horovod.ai_horovodjobs.yaml")
-        )
-        impl.kubectl(
-            "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-        )
+        control_plane.install_horovod_crd(impl)
         create_namespace(client, NAMESPACE)
         tracker = Tracker(client, NAMESPACE, _jobs_path(), manifests.horovod_phase).start()
         op = _operator(layout, out, "operator", args)

@@ -24,15 +24,14 @@ from localcluster.cluster import Cluster, Layout
 from localcluster.kube import Client
 from localcluster.namespaces import create_namespace
 from localcluster.operator import OperatorProcess
-from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from localcluster.trainer import TrainerProcess
 from localcluster.trainer import crd_files as trainer_crd_files
 
 from . import audit, manifests
+from .control_plane import HV_CRD
 from .procs import OperatorSpec, log, mpi_crd, operator_process
 
-HV_CRD = REPO / "crds" / "horovod.ai_horovodjobs.yaml"
 BENCH_NODE_PREFIX = "bench-gpu-"
 AUDIT_SETTLE_POLL = 1.5  # seconds between two readings of the audit log
 AUDIT_SETTLE_MAX = 30.0

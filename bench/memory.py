@@ -22,13 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from localcluster import gobuild, operator
-from localcluster.cluster import Cluster, Layout
+from localcluster import operator
 from localcluster.kube import Client
 from localcluster.namespaces import create_namespace
 from localcluster.paths import REPO
 
-from . import manifests
+from . import control_plane, manifests
 from .procs import OperatorSpec, log, operator_process, rss_mb
 
 RUNNING_NS = "mem-running"
@@ -64,22 +63,14 @@ def _settled_rss(pid: int, window: float = 10.0) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    layout = Layout(root=Path(args.dir).resolve(), port_base=args.port_base)
-    impl = Cluster(layout)
-    impl.down(quiet=True)
-    gobuild.build()
-    impl.up()
+    impl = control_plane.fresh(args.dir, args.port_base)
+    layout = impl.layout
     client = Client(layout.kubeconfig, user_agent="horovod-bench-memory")
     op: operator.OperatorProcess | None = None
     try:
         impl.add_kwok_nodes(8, 0, prefix="mem-")
         impl.wait_nodes_ready()
-        impl.kubectl(
-            "apply", "--server-side", "-f", str(REPO / "crds" / "horovod.ai_horovodjobs.yaml")
-        )
-        impl.kubectl(
-            "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-        )
+        control_plane.install_horovod_crd(impl)
         for ns in (RUNNING_NS, FINISHED_NS):
             create_namespace(client, ns)
         spec = OperatorSpec("ours", "horovod-operator", "horovod", args.qps, args.burst)

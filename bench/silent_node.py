@@ -34,13 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from localcluster import gobuild, operator
-from localcluster.cluster import Cluster, Layout
+from localcluster import operator
 from localcluster.kube import Client
 from localcluster.namespaces import create_namespace
 from localcluster.paths import REPO
 
-from . import manifests
+from . import control_plane, manifests
 from .procs import log
 from .takeover import _metric
 
@@ -131,20 +130,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # The operator process inherits this (localcluster/operator.py).
         os.environ["PYTHONPATH"] = str(Path(args.operator_src).resolve())
     out = Path(args.out)
-    layout = Layout(root=Path(args.dir).resolve(), port_base=args.port_base)
-    impl = Cluster(layout)
-    impl.down(quiet=True)
-    gobuild.build()
-    impl.up()
+    impl = control_plane.fresh(args.dir, args.port_base)
+    layout = impl.layout
     client = Client(layout.kubeconfig, user_agent="horovod-bench-silent-node")
     op = None
     try:
-        impl.kubectl(
-            "apply", "--server-side", "-f", str(REPO / "crds" / "horovod.ai_horovodjobs.yaml")
-        )
-        impl.kubectl(
-            "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-        )
+        control_plane.install_horovod_crd(impl)
         for namespace in (SMALL_NS, STUCK_NS):
             create_namespace(client, namespace)
         op = operator.OperatorProcess(layout.kubeconfig, [SMALL_NS, STUCK_NS], out / "operator.log")

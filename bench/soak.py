@@ -38,12 +38,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from localcluster import gobuild
-from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, SIM_REASON, Cluster, Layout
+from localcluster.cluster import SIM_EXIT_CODE, SIM_PHASE, SIM_REASON
 from localcluster.kube import ApiError, Client
 from localcluster.namespaces import create_namespace
 from localcluster.paths import REPO
 
+from . import control_plane
 from .procs import OperatorSpec, log, operator_process
 
 NS = "soak"
@@ -102,22 +102,14 @@ class Soak:
     # --- set-up ----------------------------------------------------------------------------
 
     def up(self) -> None:
-        layout = Layout(root=Path(self.args.dir).resolve(), port_base=self.args.port_base)
-        self.cluster = Cluster(layout)
-        self.cluster.down(quiet=True)
-        gobuild.build()
-        self.cluster.up()
+        self.cluster = control_plane.fresh(self.args.dir, self.args.port_base)
+        layout = self.cluster.layout
         self.kubeconfig = layout.kubeconfig
         # One client per thread: bench.kube.Client keeps one connection.
         self.client = Client(layout.kubeconfig, user_agent="horovod-soak")
         self.checker = Client(layout.kubeconfig, user_agent="horovod-soak-checker")
         self.finisher = Client(layout.kubeconfig, user_agent="horovod-soak-finisher")
-        self.cluster.kubectl(
-            "apply", "--server-side", "-f", str(REPO / "crds" / "horovod.ai_horovodjobs.yaml")
-        )
-        self.cluster.kubectl(
-            "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-        )
+        control_plane.install_horovod_crd(self.cluster)
         create_namespace(self.client, NS)
         spec = OperatorSpec(
             key="ours",

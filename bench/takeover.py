@@ -31,13 +31,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from localcluster import gobuild, operator
-from localcluster.cluster import Cluster, Layout
+from localcluster import operator
+from localcluster.cluster import Layout
 from localcluster.kube import Client
 from localcluster.namespaces import create_namespace
 from localcluster.paths import REPO
 
-from . import manifests
+from . import control_plane, manifests
 from .memory import _settled_rss
 from .procs import log
 
@@ -82,20 +82,12 @@ def _wait(what: str, check: Any, timeout: float, every: float = 0.05) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
-    layout = Layout(root=Path(args.dir).resolve(), port_base=args.port_base)
-    impl = Cluster(layout)
-    impl.down(quiet=True)
-    gobuild.build()
-    impl.up()
+    impl = control_plane.fresh(args.dir, args.port_base)
+    layout = impl.layout
     client = Client(layout.kubeconfig, user_agent="horovod-bench-takeover")
     replicas: list[Any] = []
     try:
-        impl.kubectl(
-            "apply", "--server-side", "-f", str(REPO / "crds" / "horovod.ai_horovodjobs.yaml")
-        )
-        impl.kubectl(
-            "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-        )
+        control_plane.install_horovod_crd(impl)
         create_namespace(client, NAMESPACE)
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
