@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--qps", type=float, default=50.0, help="0: unlimited")
     parser.add_argument("--burst", type=int, default=100)
-    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--connections", type=int, default=16)
     parser.add_argument(
         "--ordered", action="store_true", help="the launcher Job once every worker is Ready"
     )
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     # "Unlimited": a bucket that never runs dry (inf would make 0 x inf a NaN).
     qps, burst = (args.qps, args.burst) if args.qps > 0 else (UNLIMITED, int(UNLIMITED))
-    kube = Kube.from_kubeconfig(args.kubeconfig, qps=qps, burst=burst, threads=args.threads)
+    kube = Kube.from_kubeconfig(args.kubeconfig, qps=qps, burst=burst, connections=args.connections)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
 

@@ -9,19 +9,21 @@ from __future__ import annotations
 from .applying import Applier
 from .kube import Kube
 from .memory import Indexes, JobMemory, Key, Obj
-from .observing import Observer, ObserveSettings
+from .observing import Observer, ObserveSettings, Sources
 from .plan import Observation, Plan
 from .status_writing import StatusWriter
 
 
 class Executor:
-    def __init__(self, kube: Kube, settings: ObserveSettings | None = None) -> None:
+    def __init__(
+        self, kube: Kube, settings: ObserveSettings | None = None, sources: Sources | None = None
+    ) -> None:
         self.kube = kube
-        self.observer = Observer(kube, settings)
+        self.observer = Observer(kube, settings, sources)
         self.status = StatusWriter(kube)
         self.applier = Applier(kube, self.observer, self.status)
 
-    # The watch's indexes, replaced whole by handlers.startup and by tests.
+    # The watch's indexes (replaced whole by tests).
     @property
     def indexes(self) -> Indexes:
         return self.observer.indexes

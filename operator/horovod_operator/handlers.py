@@ -27,7 +27,8 @@ from .connection import load_connection
 from .discovery import KUEUE, Discovery, Feature
 from .kube import FIELD_MANAGER, Kube
 from .leader import RENEW_DEADLINE, LeaderElector
-from .observing import ObserveSettings
+from .memory import Key
+from .observing import ObserveSettings, Sources
 from .pod_warnings import PodWarnings
 from .progress import ProgressWatcher
 from .reconciler import Reconciler
@@ -90,14 +91,64 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     connection = load_connection(config.kubeconfig)
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     user_agent = f"{FIELD_MANAGER} ({identity})"
+    memo.elector_kube = None
+    elector: LeaderElector | None = None
+    if config.leader_elect:
+        # Its own client: no token shared with the reconciler's creates, no retries,
+        # no request outliving the renew deadline (leader.py).
+        elector_kube = memo.elector_kube = Kube(
+            connection,
+            qps=0,
+            connections=2,
+            timeout=(RENEW_DEADLINE / 2, RENEW_DEADLINE),
+            retries=0,
+            user_agent=user_agent,
+        )
+        elector = LeaderElector(
+            elector_kube, config.leader_election_namespace, config.leader_election_id, identity
+        )
     kube = Kube(
         connection,
         qps=config.qps,
         burst=config.burst,
-        threads=config.api_threads,
+        connections=config.api_connections,
         user_agent=user_agent,
+        # The fence: the reconciler's writes go out only while the lease is proven.
+        may_write=elector.holds if elector is not None else None,
+        on_request=metrics.count_request,
     )
-    kube.on_request = metrics.count_request
+    # Native gang scheduling (the Workload API: beta, off by default in 1.37), Volcano's
+    # and scheduler-plugins' PodGroups, Kueue's Workloads: detected, never assumed,
+    # and failing closed (discovery.py): what did not answer is asked again with
+    # backoff, and the jobs that need it wait, Stalled, meanwhile.
+    await _check_crd(kube)
+    discovery = Discovery(kube)
+    await discovery.check_all()
+    # Workloads are watched only where Kueue serves them (a restart picks up a later
+    # install); known only later, their watch starts then.
+    kinds = [*watches.ALWAYS, *([watches.WORKLOADS] if discovery.served["kueue"] else [])]
+
+    # The watches and the slow pods' reader wake the reconciler, which reads what they
+    # hold: they are made first and reach it through these.
+    def trigger(key: Key) -> None:
+        reconciler.trigger(key)
+
+    def active() -> bool:
+        return reconciler.active
+
+    def synced() -> None:
+        # Ready once every watched kind is listed, as controller-runtime's caches: a
+        # replica that answers ready has the whole view it decides from.
+        reconciler.mark_synced()
+        if health is not None:
+            health.ready = True
+
+    watched = memo.watches = watches.Watches(
+        connection, kinds, config.namespaces, on_change=trigger, on_synced=synced
+    )
+    # Why pods are slow to start: a namespace's Warning Events at a time, on the
+    # diagnostics budget, beside the reconciles (pod_warnings.py).
+    warnings = PodWarnings(kube, on_change=trigger, active=active)
     reconciler = memo.reconciler = Reconciler(
         kube,
         batch_window=config.batch_window,
@@ -110,51 +161,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         ),
         active=not config.leader_elect,
         synced=False,
+        sources=Sources(indexes=watched.indexes(), discovery=discovery, pod_warnings=warnings),
     )
-    # Native gang scheduling (the Workload API: beta, off by default in 1.37), Volcano's
-    # and scheduler-plugins' PodGroups, Kueue's Workloads: detected, never assumed,
-    # and failing closed (discovery.py): what did not answer is asked again with
-    # backoff, and the jobs that need it wait, Stalled, meanwhile.
-    await _check_crd(kube)
-    discovery = Discovery(kube)
-    await discovery.check_all()
-    reconciler.executor.observer.discovery = discovery
-    # Workloads are watched only where Kueue serves them (a restart picks up a later
-    # install); known only later, their watch starts then.
-    kinds = [*watches.ALWAYS, *([watches.WORKLOADS] if discovery.served["kueue"] else [])]
     # How the training goes: rank 0's log, read forward (progress.py): the first step,
     # status.progress, hangs. Off, the operator reads no pod's log (the chart then
     # grants no pods/log).
     memo.first_step = None
     if config.first_step_metric:
-        watcher = ProgressWatcher(
-            kube, indexes=lambda: reconciler.executor.indexes, active=lambda: reconciler.active
-        )
+        watcher = ProgressWatcher(kube, indexes=lambda: reconciler.executor.indexes, active=active)
         memo.first_step = asyncio.create_task(watcher.run())
-    # Why pods are slow to start: a namespace's Warning Events at a time, on the
-    # diagnostics budget, beside the reconciles (pod_warnings.py).
-    warnings = PodWarnings(kube, on_change=reconciler.trigger, active=lambda: reconciler.active)
-    reconciler.executor.observer.pod_warnings = warnings
     memo.pod_warnings = asyncio.create_task(warnings.run())
     memo.loop_lag = asyncio.create_task(metrics.measure_loop_lag())
     memo.elector = None
-    memo.elector_kube = None
-    if config.leader_elect:
-        # Its own client: no token shared with the reconciler's creates, no retries,
-        # no request outliving the renew deadline (leader.py).
-        elector_kube = memo.elector_kube = Kube(
-            connection,
-            qps=0,
-            threads=2,
-            timeout=(RENEW_DEADLINE / 2, RENEW_DEADLINE),
-            retries=False,
-            user_agent=user_agent,
-        )
-        elector = LeaderElector(
-            elector_kube, config.leader_election_namespace, config.leader_election_id, identity
-        )
-        # The fence: the reconciler's writes go out only while the lease is proven.
-        kube.may_write = elector.holds
+    if elector is not None:
         memo.elector = asyncio.create_task(
             elector.run(on_started=reconciler.activate, on_stopped=reconciler.deactivate)
         )
@@ -165,18 +184,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         )
         await health.start()
     memo.health = health
-
-    def synced() -> None:
-        # Ready once every watched kind is listed, as controller-runtime's caches: a
-        # replica that answers ready has the whole view it decides from.
-        reconciler.mark_synced()
-        if health is not None:
-            health.ready = True
-
-    watched = memo.watches = watches.Watches(
-        connection, kinds, config.namespaces, on_change=reconciler.trigger, on_synced=synced
-    )
-    reconciler.executor.indexes = watched.indexes()
     watched.start()
 
     def known(feature: Feature, served: bool) -> None:
@@ -225,10 +232,10 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     reconciler: Reconciler | None = getattr(memo, "reconciler", None)
     if reconciler is not None:
         await reconciler.shutdown()
-        reconciler.kube.close()
+        await reconciler.kube.close()
     elector_kube: Kube | None = getattr(memo, "elector_kube", None)
     if elector_kube is not None:
-        elector_kube.close()
+        await elector_kube.close()
     health: metrics.HealthServer | None = getattr(memo, "health", None)
     if health is not None:
         await health.stop()

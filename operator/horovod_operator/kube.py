@@ -1,11 +1,11 @@
 """Every Kubernetes API call the reconciler makes, in one place.
 
-A thin JSON client over urllib3 (the HTTP library the kubernetes package uses, without
-that package's generated models: see connection.py), run in a thread pool so the kopf
-event loop never blocks. Plain dicts go in and come out; no typed models, so what the
-builders produce is exactly what is sent. JSON goes through pydantic_core's parser (here
-and in the watches): 0.6 of the json module's time on a pod event, where decoding was
-11 % of the operator's CPU in a burst.
+A thin JSON client over aiohttp on the event loop (transport.py, shared with the
+watches), without the kubernetes package's generated models (see connection.py).
+Plain dicts go in and come out; no typed models, so what the builders produce is
+exactly what is sent. JSON goes through pydantic_core's parser (here and in the
+watches): 0.6 of the json module's time on a pod event, where decoding was 11 % of
+the operator's CPU in a burst.
 
 Deletes are delete-if-present (404 is success). A create that finds the name taken
 raises the 409: only the caller can tell whether the object there is its own (see the
@@ -19,13 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 from urllib.parse import urlencode
 
-import urllib3
+import aiohttp
 from pydantic_core import from_json, to_json
 
+from . import transport
 from .api import GROUP, VERSION
 from .connection import Connection, load_connection
 from .kinds import collection_path
@@ -36,50 +36,44 @@ logger = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
-FIELD_MANAGER: Final = "horovod-operator"
+FIELD_MANAGER: Final = transport.USER_AGENT
 # (connect, read) seconds of every request.
 REQUEST_TIMEOUT: Final = (10.0, 60.0)
+# Tries again of a request whose connection failed before an answer came, as
+# urllib3 (the kubernetes package's HTTP library) does by default.
+RETRIES: Final = 3
 
 
 class Kube:
-    """The operator's API client. One per process; thread-safe."""
+    """The operator's API client. One per process, used from its event loop."""
 
     def __init__(
         self,
         connection: Connection,
         qps: float = 50.0,
         burst: int = 100,
-        threads: int = 16,
+        connections: int = 16,
         timeout: tuple[float, float] = REQUEST_TIMEOUT,
-        retries: bool | int | None = None,
+        retries: int = RETRIES,
         user_agent: str = FIELD_MANAGER,
+        may_write: Callable[[], bool] | None = None,
+        on_request: Callable[[str, str], None] | None = None,
     ) -> None:
-        """`timeout` (connect, read) and `retries` (urllib3's; None: its default of
-        3 on connection errors) per request: the leader elector's client allows
-        no call longer than its renew deadline and retries nothing."""
+        """`connections`: requests in flight at once. `timeout` (connect, read) and
+        `retries` per request: the leader elector's client allows no call longer
+        than its renew deadline and retries nothing. `may_write`: whether a write
+        may be sent now (leader election's fence: LeaderElector.holds), asked the
+        moment before each write goes out. `on_request(verb, kind)`: counts for
+        metrics and the write-count benchmark."""
         self.connection = connection
         # Starts with the field manager (what audit counts match on); a replica adds
         # its identity, so the API server's audit log tells replicas apart.
         self.user_agent = user_agent
-        tls: dict[str, Any] = {}
-        if connection.server.startswith("https:"):
-            tls = {
-                "cert_reqs": "CERT_NONE" if connection.insecure else "CERT_REQUIRED",
-                "ca_certs": connection.ca_file,
-                "cert_file": connection.cert_file,
-                "key_file": connection.key_file,
-            }
-            if connection.insecure:
-                urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        # urllib3's default retries (3, connection errors) as the kubernetes package had.
-        pool_options: dict[str, Any] = {} if retries is None else {"retries": retries}
-        self._pool = urllib3.PoolManager(
-            maxsize=threads,
-            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
-            **pool_options,
-            **tls,
-        )
-        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube")
+        self._sessions = transport.Sessions(connection)
+        self._timeout = aiohttp.ClientTimeout(sock_connect=timeout[0], sock_read=timeout[1])
+        self._retries = retries
+        self._connections = connections
+        self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
         self._limiter = RateLimiter(qps, burst)
         # Reads that only describe a job (rank 0's log for the time to first step) have a
         # small budget of their own: in a burst of new jobs they would otherwise take the
@@ -87,19 +81,58 @@ class Kube:
         self._diagnostics = RateLimiter(
             min(qps, DIAGNOSTIC_QPS) if qps > 0 else 0, min(burst, DIAGNOSTIC_BURST)
         )
-        # Counts of requests by verb and kind, for metrics and the write-count benchmark.
-        self.on_request: Callable[[str, str], None] = lambda verb, kind: None
-        # Whether a write may be sent now (leader election's fence: LeaderElector.holds);
-        # asked in the request's own thread, the last moment before it is sent.
-        self.may_write: Callable[[], bool] = lambda: True
+        self.on_request: Callable[[str, str], None] = on_request or (lambda verb, kind: None)
+        self.may_write: Callable[[], bool] = may_write or (lambda: True)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None, **options: Any) -> Kube:
         return cls(load_connection(kubeconfig), **options)
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        self._pool.clear()
+    async def close(self) -> None:
+        await self._sessions.close()
+
+    def _slot(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        slot = self._slots.get(loop)
+        if slot is None:
+            for ended in [other for other in self._slots if other.is_closed()]:
+                del self._slots[ended]
+            slot = self._slots[loop] = asyncio.Semaphore(self._connections)
+        return slot
+
+    async def _send(
+        self,
+        verb: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+    ) -> tuple[int, str, bytes]:
+        """(status code, reason, raw body) of one request."""
+        url = self.connection.server + path
+        if query:
+            url += "?" + urlencode(query)
+        payload = None if body is None else to_json(body)
+        async with self._slot():
+            for attempt in range(self._retries + 1):
+                # The fence, after every wait of ours: nothing queues between it and
+                # the send but the connection itself.
+                if verb not in ("GET", "HEAD") and not self.may_write():
+                    raise NotLeader(
+                        f"{verb} {path}: this replica does not hold the leader Lease now"
+                    )
+                headers = transport.headers(self.connection, self.user_agent, content_type)
+                try:
+                    async with self._sessions.get().request(
+                        verb, url, data=payload, headers=headers, timeout=self._timeout
+                    ) as response:
+                        return response.status, str(response.reason or ""), await response.read()
+                except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as error:
+                    # A read that timed out is not tried again (it may have been done).
+                    if isinstance(error, TimeoutError) or attempt == self._retries:
+                        raise
+                    logger.debug("%s %s: %s; trying again", verb, path, error)
+        raise AssertionError("unreachable")
 
     async def _request(
         self,
@@ -114,59 +147,10 @@ class Kube:
     ) -> Obj:
         await (limiter or self._limiter).acquire()
         self.on_request(counted_as or verb, kind)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, self._request_sync, verb, path, body, query, content_type
-        )
-
-    def _call_sync(
-        self,
-        verb: str,
-        path: str,
-        body: Any,
-        query: Mapping[str, str] | None,
-        content_type: str,
-    ) -> tuple[int, str, bytes]:
-        """(status code, reason, raw body) of one request."""
-        if verb not in ("GET", "HEAD") and not self.may_write():
-            raise NotLeader(f"{verb} {path}: this replica does not hold the leader Lease now")
-        headers = {
-            "Accept": "application/json",
-            "Content-Type": content_type,
-            "User-Agent": self.user_agent,
-        }
-        authorization = self.connection.authorization()
-        if authorization:
-            headers["Authorization"] = authorization
-        url = self.connection.server + path
-        if query:
-            url += "?" + urlencode(query)
-        payload = None if body is None else to_json(body)
-        response = self._pool.request(verb, url, body=payload, headers=headers)
-        return response.status, str(response.reason), response.data
-
-    def _request_sync(
-        self,
-        verb: str,
-        path: str,
-        body: Any,
-        query: Mapping[str, str] | None,
-        content_type: str,
-    ) -> Obj:
-        status, reason, raw = self._call_sync(verb, path, body, query, content_type)
-        ok = 200 <= status < 300
-        try:
-            data: Obj = from_json(raw) if raw else {}
-        except ValueError:
-            if ok:
-                raise
-            data = {}  # not a Status: "404 page not found" for a group nobody serves
-        if not ok:
-            raise KubeError(
-                status,
-                str(data.get("reason") or reason),
-                str(data.get("message") or raw[:500]),
-            )
+        status, reason, raw = await self._send(verb, path, body, query, content_type)
+        if not 200 <= status < 300:
+            raise transport.refusal(status, reason, raw)
+        data: Obj = from_json(raw) if raw else {}
         return data
 
     async def pod_log(
@@ -188,18 +172,9 @@ class Kube:
         path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
         await self._diagnostics.acquire()
         self.on_request("GET", "PodLog")
-        loop = asyncio.get_running_loop()
-        status, reason, raw = await loop.run_in_executor(
-            self._executor, self._call_sync, "GET", path, None, query, "application/json"
-        )
+        status, reason, raw = await self._send("GET", path, None, query, "application/json")
         if not 200 <= status < 300:
-            try:
-                data = from_json(raw)
-            except ValueError:
-                data = {}
-            raise KubeError(
-                status, str(data.get("reason") or reason), str(data.get("message") or raw[:500])
-            )
+            raise transport.refusal(status, reason, raw)
         return raw.decode(errors="replace")
 
     async def serves(self, group_version: str, plural: str) -> bool:

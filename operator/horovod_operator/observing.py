@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from . import accepted, claims, kinds, metrics, multikueue, names, queueing, sshkeys, views
@@ -67,22 +67,32 @@ class ObserveSettings:
     gpu_device_classes: tuple[str, ...] = claims.DEFAULT_GPU_DEVICE_CLASSES
 
 
+@dataclass
+class Sources:
+    """What the observer reads besides its own requests, made before it (handlers.startup)
+    and handed in: the watches' indexes; what the cluster serves (None while its check
+    has not answered, and in tests of the executor alone: then nothing optional is
+    served); slow pods' Warning Events (a reader that is never run knows none)."""
+
+    indexes: Indexes = field(default_factory=Indexes)
+    discovery: Discovery | None = None
+    pod_warnings: PodWarnings | None = None
+
+
 class Observer:
-    def __init__(self, kube: Kube, settings: ObserveSettings | None = None) -> None:
+    def __init__(
+        self, kube: Kube, settings: ObserveSettings | None = None, sources: Sources | None = None
+    ) -> None:
         self.kube = kube
         self.settings = settings or ObserveSettings()
+        sources = sources or Sources()
         self._claim_templates: dict[tuple[str, str], tuple[float, Obj]] = {}
         self._left: set[Key] = set()  # jobs left to another controller, logged once
-        self.indexes = Indexes()
+        self.indexes = sources.indexes
         self.memory: dict[Key, JobMemory] = {}
-        # What the cluster serves (handlers.startup; None while its check has not
-        # answered): PodGroups for gangs, Kueue's Workloads. Without a Discovery (tests
-        # of the executor alone) nothing optional is served.
-        self.discovery: Discovery | None = None
+        self.discovery = sources.discovery
         self._flavors: dict[str, tuple[float, Obj]] = {}
-        # Slow pods' Warning Events (handlers.startup runs its reader; without one,
-        # as in tests of the executor alone, none is known).
-        self.pod_warnings = PodWarnings(kube)
+        self.pod_warnings = sources.pod_warnings or PodWarnings(kube)
 
     def forget(self, key: Key) -> None:
         self.memory.pop(key, None)

@@ -26,7 +26,7 @@ from .executor import Executor
 from .kube import Kube
 from .kube_errors import KubeError
 from .memory import Key
-from .observing import ObserveSettings
+from .observing import ObserveSettings, Sources
 from .status_writing import StaleView
 
 logger = logging.getLogger(__name__)
@@ -51,10 +51,11 @@ class Reconciler:
         settings: ObserveSettings | None = None,
         active: bool = True,
         synced: bool = True,
+        sources: Sources | None = None,
     ) -> None:
         self.kube = kube
         self.batch_window = batch_window
-        self.executor = Executor(kube, settings)
+        self.executor = Executor(kube, settings, sources)
         # False on a standby replica: events are noted, nothing is reconciled.
         self.active = active
         # False until the watches have listed every kind once (watches.py): a job

@@ -22,7 +22,7 @@ class OperatorConfig:
     http_port: int = 8080  # /healthz, /readyz, /metrics; 0 disables
     qps: float = 50.0
     burst: int = 100
-    api_threads: int = 16
+    api_connections: int = 16  # API requests in flight at once
     batch_window: float = 0.05
     default_image: str | None = None  # for HorovodJobs that leave spec.image empty
     stuck_pod_grace: float = 60.0  # seconds past a pod's grace period before a force delete
@@ -82,7 +82,12 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
     parser.add_argument("--qps", type=float, default=float(_env("QPS", str(defaults.qps))))
     parser.add_argument("--burst", type=int, default=int(_env("BURST", str(defaults.burst))))
     parser.add_argument(
-        "--api-threads", type=int, default=int(_env("API_THREADS", str(defaults.api_threads)))
+        # --api-threads: its name while the requests ran in a thread pool each.
+        "--api-connections",
+        "--api-threads",
+        type=int,
+        default=int(_env("API_CONNECTIONS", str(defaults.api_connections))),
+        help="API requests in flight at once",
     )
     parser.add_argument(
         "--batch-window",
@@ -162,7 +167,7 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         http_port=args.http_port,
         qps=args.qps,
         burst=args.burst,
-        api_threads=args.api_threads,
+        api_connections=args.api_connections,
         batch_window=args.batch_window,
         default_image=args.default_image,
         stuck_pod_grace=args.stuck_pod_grace,

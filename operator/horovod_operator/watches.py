@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -31,8 +30,9 @@ from urllib.parse import urlencode
 import aiohttp
 from pydantic_core import from_json
 
-from . import kinds, names, views
+from . import kinds, names, transport, views
 from .connection import Connection
+from .kube_errors import KubeError
 from .memory import Indexes, Key
 
 logger = logging.getLogger(__name__)
@@ -49,10 +49,6 @@ MAX_LINE: Final = 4 * 2**20
 
 class Gone(Exception):
     """410: the resourceVersion is too old to watch from; list again."""
-
-
-class WatchError(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -142,18 +138,6 @@ class Store(Mapping[Key, Collection[Obj]]):
         return {uid for uid, (_, ns) in self._where.items() if not namespace or ns == namespace}
 
 
-def ssl_context(connection: Connection) -> ssl.SSLContext | bool:
-    if not connection.server.startswith("https:"):
-        return False
-    context = ssl.create_default_context(cafile=connection.ca_file)
-    if connection.insecure:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if connection.cert_file:
-        context.load_cert_chain(connection.cert_file, connection.key_file)
-    return context
-
-
 class Watches:
     """Every watched kind in every watched namespace ("" alone: cluster-wide)."""
 
@@ -180,9 +164,7 @@ class Watches:
         return Indexes(self.stores)
 
     def start(self) -> None:
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=ssl_context(self.connection), limit=0),
-        )
+        self._session = transport.new_session(transport.ssl_context(self.connection))
         for kind in self.kinds:
             for namespace in self.namespaces:
                 self._tasks.append(asyncio.create_task(self._run(kind, namespace)))
@@ -237,14 +219,10 @@ class Watches:
         self, path: str, query: dict[str, str], timeout: float
     ) -> aiohttp.client._RequestContextManager:
         assert self._session is not None
-        headers = {"Accept": "application/json", "User-Agent": "horovod-operator"}
-        authorization = self.connection.authorization()
-        if authorization:
-            headers["Authorization"] = authorization
         url = f"{self.connection.server}{path}?{urlencode(query)}"
         return self._session.get(
             url,
-            headers=headers,
+            headers=transport.headers(self.connection),
             timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=timeout),
         )
 
@@ -309,7 +287,9 @@ class Watches:
                 if type_ == "ERROR":
                     if obj.get("code") == 410:
                         raise Gone()
-                    raise WatchError(f"{obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
+                    raise KubeError(
+                        int(obj.get("code") or 0), str(obj.get("reason")), str(obj.get("message"))
+                    )
                 meta = obj.get("metadata") or {}
                 version = str(meta.get("resourceVersion") or version)
                 if type_ == "BOOKMARK":
@@ -343,11 +323,6 @@ async def _json(response: aiohttp.ClientResponse) -> Obj:
     if response.status == 410:
         raise Gone()
     if not 200 <= response.status < 300:
-        try:
-            status = from_json(raw)
-            message = f"{status.get('reason')}: {status.get('message')}"
-        except ValueError:
-            message = raw[:300].decode(errors="replace")
-        raise WatchError(f"{response.status} {message}")
+        raise transport.refusal(response.status, str(response.reason or ""), raw)
     data: Obj = from_json(raw)
     return data

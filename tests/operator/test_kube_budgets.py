@@ -40,21 +40,18 @@ def test_pod_log_reads_spend_their_own_budget_not_the_creates(server: str) -> No
     kube = Kube(Connection(server), qps=50.0, burst=3)
 
     async def read_logs() -> None:
-        for _ in range(6):  # twice the main burst
-            assert "rank=0" in await kube.pod_log("ns", "p", None, 1024)
+        try:
+            for _ in range(6):  # twice the main burst
+                assert "rank=0" in await kube.pod_log("ns", "p", None, 1024)
+        finally:
+            await kube.close()
 
-    try:
-        asyncio.run(read_logs())
-        # Every main token is still there: a create would go at once.
-        assert kube._limiter._tokens == 3
-        assert kube._diagnostics.qps == DIAGNOSTIC_QPS
-    finally:
-        kube.close()
+    asyncio.run(read_logs())
+    # Every main token is still there: a create would go at once.
+    assert kube._limiter._tokens == 3
+    assert kube._diagnostics.qps == DIAGNOSTIC_QPS
 
 
 def test_an_unlimited_client_has_unlimited_diagnostics_too() -> None:
     kube = Kube(Connection("http://127.0.0.1:9"), qps=0, burst=0)
-    try:
-        assert kube._diagnostics.qps == 0
-    finally:
-        kube.close()
+    assert kube._diagnostics.qps == 0

@@ -53,13 +53,16 @@ def test_two_gangs_that_fit_only_one_at_a_time_run_one_after_the_other_whole(
 
 
 def test_the_operator_detects_whether_the_server_serves_pod_groups(cluster: KubeCluster) -> None:
-    kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
-    try:
-        assert asyncio.run(kube.serves("scheduling.k8s.io/v1beta1", "podgroups")) is True
-        assert asyncio.run(kube.serves("scheduling.k8s.io/v1beta1", "nothings")) is False
-        # A group version the server does not know answers 404: not served.
-        assert asyncio.run(kube.serves("scheduling.k8s.io/v9", "podgroups")) is False
-        # A group nobody serves (Kueue's, before it is installed) answers a plain-text 404.
-        assert asyncio.run(kube.serves("kueue.x-k8s.io/v1beta2", "workloads")) is False
-    finally:
-        kube.close()
+    async def served(group_version: str, plural: str) -> bool:
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
+        try:
+            return await kube.serves(group_version, plural)
+        finally:
+            await kube.close()
+
+    assert asyncio.run(served("scheduling.k8s.io/v1beta1", "podgroups")) is True
+    assert asyncio.run(served("scheduling.k8s.io/v1beta1", "nothings")) is False
+    # A group version the server does not know answers 404: not served.
+    assert asyncio.run(served("scheduling.k8s.io/v9", "podgroups")) is False
+    # A group nobody serves (Kueue's, before it is installed) answers a plain-text 404.
+    assert asyncio.run(served("kueue.x-k8s.io/v1beta2", "workloads")) is False

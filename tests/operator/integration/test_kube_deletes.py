@@ -29,14 +29,16 @@ def test_a_delete_of_a_replaced_object_keeps_the_new_one(
     new = _config_map(cluster, namespace, "same-name")
     assert new is not None and new["metadata"]["uid"] != old_uid  # type: ignore[index]
 
-    kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
-    try:
-        # The decision was about the old one: the server refuses (409), which is "gone".
-        assert asyncio.run(kube.delete("ConfigMap", namespace, "same-name", uid=old_uid)) is None
-        assert _config_map(cluster, namespace, "same-name") == new
-        # The same delete with the current UID takes it.
-        current = new["metadata"]["uid"]  # type: ignore[index]
-        asyncio.run(kube.delete("ConfigMap", namespace, "same-name", uid=current))
-        assert _config_map(cluster, namespace, "same-name") is None
-    finally:
-        kube.close()
+    async def delete(uid: str) -> object:
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
+        try:
+            return await kube.delete("ConfigMap", namespace, "same-name", uid=uid)
+        finally:
+            await kube.close()
+
+    # The decision was about the old one: the server refuses (409), which is "gone".
+    assert asyncio.run(delete(old_uid)) is None
+    assert _config_map(cluster, namespace, "same-name") == new
+    # The same delete with the current UID takes it.
+    asyncio.run(delete(new["metadata"]["uid"]))  # type: ignore[index]
+    assert _config_map(cluster, namespace, "same-name") is None

@@ -189,11 +189,15 @@ def test_kueue_webhooks_are_called_and_the_operator_sees_the_workload_api(
     assert (
         f"https://127.0.0.1:{kueue.webhook_port}/validate-kueue-x-k8s-io-v1beta2-workload" in urls
     )
-    kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
-    try:
-        assert asyncio.run(kube.serves("kueue.x-k8s.io/v1beta2", "workloads")) is True
-    finally:
-        kube.close()
+
+    async def served() -> bool:
+        kube = Kube.from_kubeconfig(str(cluster.kubeconfig))
+        try:
+            return await kube.serves("kueue.x-k8s.io/v1beta2", "workloads")
+        finally:
+            await kube.close()
+
+    assert asyncio.run(served()) is True
 
 
 CHECK_CONTROLLER = "test.horovod.ai/provisioning"
