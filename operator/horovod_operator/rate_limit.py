@@ -1,5 +1,6 @@
-"""The client's token buckets: the QPS and burst that creates and status writes share,
-and the smaller budget of the describing reads (kube.Kube)."""
+"""The client's token buckets (kube.Kube): the QPS and burst of the children's requests,
+a second bucket of the same size for the HorovodJobs' own, and the smaller budget
+of the describing reads."""
 
 from __future__ import annotations
 

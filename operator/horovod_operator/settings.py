@@ -79,6 +79,7 @@ def parse(argv: Sequence[str] | None = None) -> OperatorConfig:
         default=int(_env("HTTP_PORT", str(defaults.http_port))),
         help="port of /healthz, /readyz and /metrics (0 disables)",
     )
+    # Each of two buckets: the children's requests, and the HorovodJobs' own (kube.py).
     parser.add_argument("--qps", type=float, default=float(_env("QPS", str(defaults.qps))))
     parser.add_argument("--burst", type=int, default=int(_env("BURST", str(defaults.burst))))
     parser.add_argument(
