@@ -15,7 +15,9 @@ After each step it measures, on the operator:
   have their launcher pod finish; from the launcher pod's Succeeded to the job's
   Succeeded, both as a watch of this process sees them): median, p95 and max;
 - resident memory, CPU seconds since the start, and the event loop's longest block
-  (horovod_operator_event_loop_lag_max_seconds).
+  (horovod_operator_event_loop_lag_max_seconds), the CPU the process spent in that
+  block (near its length: our own work; far below: waiting for a core) and the
+  longest garbage collection.
 
 It stops early, saying so, when a step does not reach Running within --step-timeout:
 that is the point where one replica no longer keeps up (or when --budget seconds of
@@ -185,6 +187,13 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
             step["loop_lag_max_s"] = round(
                 _metric(metrics, "horovod_operator_event_loop_lag_max_seconds"), 3
             )
+            # What the longest block was: the operator's own CPU, or waiting for a core.
+            step["loop_lag_max_cpu_s"] = round(
+                _metric(metrics, "horovod_operator_event_loop_lag_max_cpu_seconds"), 3
+            )
+            step["gc_pause_max_s"] = round(
+                _metric(metrics, "horovod_operator_gc_pause_max_seconds"), 3
+            )
             step["load"] = loadavg()
             steps.append(step)
             propagation = step["pod_to_status_s"]
@@ -192,7 +201,8 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
                 f"{step['jobs']} jobs, {step['pods']} pods: step Running in "
                 f"{step['running_s']}s; pod -> status median {propagation['median']}s, "
                 f"p95 {propagation['p95']}s; rss {step['rss_mb']} MB, cpu {step['cpu_s']}s, "
-                f"loop lag max {step['loop_lag_max_s']}s"
+                f"loop lag max {step['loop_lag_max_s']}s "
+                f"(cpu {step['loop_lag_max_cpu_s']}s; longest gc {step['gc_pause_max_s']}s)"
             )
             made += len(names)
             save(result)  # a run stopped later keeps the steps measured so far

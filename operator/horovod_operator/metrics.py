@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -68,18 +70,57 @@ LOOP_LAG_MAX: Final = Gauge(
 )
 
 
+LOOP_LAG_MAX_CPU: Final = Gauge(
+    "horovod_operator_event_loop_lag_max_cpu_seconds",
+    "CPU the process spent during its longest event-loop block. Near the block's "
+    "length: the operator's own work held the loop (a reconcile, a list, a garbage "
+    "collection). Far below it: the process waited for a core the machine did not have.",
+    registry=REGISTRY,
+)
+GC_PAUSE_MAX: Final = Gauge(
+    "horovod_operator_gc_pause_max_seconds",
+    "The longest garbage collection since the process started: a full one walks "
+    "every object the process keeps (the watches' views of thousands of pods).",
+    registry=REGISTRY,
+)
+
+
+class _GcPauses:
+    """Times each of Python's garbage collections (gc.callbacks): one that blocks the
+    loop shows as a long one here."""
+
+    def __init__(self) -> None:
+        self.began = 0.0
+        self.worst = 0.0
+
+    def __call__(self, phase: str, _info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self.began = now
+        elif now - self.began > self.worst:
+            self.worst = now - self.began
+            GC_PAUSE_MAX.set(self.worst)
+
+
 async def measure_loop_lag(interval: float = 0.1) -> None:
-    """Sleep `interval` again and again and record how late each wake-up was."""
+    """Sleep `interval` again and again and record how late each wake-up was, with
+    what the process spent of CPU meanwhile, and time the garbage collections."""
+    timer = _GcPauses()
+    gc.callbacks.append(timer)
     loop = asyncio.get_running_loop()
     worst = 0.0
-    while True:
-        began = loop.time()
-        await asyncio.sleep(interval)
-        lag = max(0.0, loop.time() - began - interval)
-        LOOP_LAG.observe(lag)
-        if lag > worst:
-            worst = lag
-            LOOP_LAG_MAX.set(lag)
+    try:
+        while True:
+            began, cpu = loop.time(), time.process_time()
+            await asyncio.sleep(interval)
+            lag = max(0.0, loop.time() - began - interval)
+            LOOP_LAG.observe(lag)
+            if lag > worst:
+                worst = lag
+                LOOP_LAG_MAX.set(lag)
+                LOOP_LAG_MAX_CPU.set(time.process_time() - cpu)
+    finally:
+        gc.callbacks.remove(timer)
 
 
 JOBS: Final = Gauge(

@@ -101,3 +101,29 @@ def test_json_log_lines_name_their_job_as_fields() -> None:
         "namespace": "ns",
         "name": "j",
     }
+
+
+def test_the_loop_lag_says_what_the_longest_block_cost_and_times_collections() -> None:
+    import asyncio
+    import gc
+    import time
+
+    from horovod_operator import metrics
+
+    async def block_then_stop() -> None:
+        task = asyncio.create_task(metrics.measure_loop_lag(interval=0.01))
+        await asyncio.sleep(0.05)
+        began = time.process_time()
+        while time.process_time() - began < 0.3:  # the loop's own work: CPU
+            pass
+        gc.collect()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    callbacks = list(gc.callbacks)
+    asyncio.run(block_then_stop())
+    assert metrics.LOOP_LAG_MAX._value.get() >= 0.25
+    assert metrics.LOOP_LAG_MAX_CPU._value.get() >= 0.25  # the block was our own CPU
+    assert metrics.GC_PAUSE_MAX._value.get() > 0
+    assert gc.callbacks == callbacks  # the timer leaves with the measurement

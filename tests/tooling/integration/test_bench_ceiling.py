@@ -35,6 +35,8 @@ def test_the_ceiling_benchmark_grows_in_steps_and_restarts_on_them(tmp_path: Pat
         assert step["pods"] == step["jobs"] * 3, step
         assert step["pod_to_status_s"]["n"] == 2, step
         assert step["rss_mb"] > 0 and step["cpu_s"] >= 0, step
+        # Python collected garbage at least once in a step, and the operator said how long.
+        assert step["gc_pause_max_s"] > 0 and step["loop_lag_max_cpu_s"] >= 0, step
     restart = result["restart"]
     assert restart["jobs"] == 12 and restart["pods"] == 36, restart
     assert restart["all_reconciled_s"] is not None and restart["settled_rss_mb"] > 0, restart
