@@ -16,7 +16,6 @@ timeout, so a half-open connection cannot stop the reconciler.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -69,11 +68,9 @@ class Kube:
         # Starts with the field manager (what audit counts match on); a replica adds
         # its identity, so the API server's audit log tells replicas apart.
         self.user_agent = user_agent
-        self._sessions = transport.Sessions(connection)
+        self._sessions = transport.Sessions(connection, in_flight=connections)
         self._timeout = aiohttp.ClientTimeout(sock_connect=timeout[0], sock_read=timeout[1])
         self._retries = retries
-        self._connections = connections
-        self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
         self._limiter = RateLimiter(qps, burst)
         # The HorovodJobs' own reads and writes have a bucket of their own with the same
         # QPS and burst, as a CRD's generated clientset has in client-go beside the core
@@ -96,15 +93,6 @@ class Kube:
     async def close(self) -> None:
         await self._sessions.close()
 
-    def _slot(self) -> asyncio.Semaphore:
-        loop = asyncio.get_running_loop()
-        slot = self._slots.get(loop)
-        if slot is None:
-            for ended in [other for other in self._slots if other.is_closed()]:
-                del self._slots[ended]
-            slot = self._slots[loop] = asyncio.Semaphore(self._connections)
-        return slot
-
     async def _send(
         self,
         verb: str,
@@ -118,7 +106,8 @@ class Kube:
         if query:
             url += "?" + urlencode(query)
         payload = None if body is None else to_json(body)
-        async with self._slot():
+        lane = self._sessions.get()
+        async with lane.slots:
             for attempt in range(self._retries + 1):
                 # The fence, after every wait of ours: nothing queues between it and
                 # the send but the connection itself.
@@ -128,7 +117,7 @@ class Kube:
                     )
                 headers = transport.headers(self.connection, self.user_agent, content_type)
                 try:
-                    async with self._sessions.get().request(
+                    async with lane.session.request(
                         verb, url, data=payload, headers=headers, timeout=self._timeout
                     ) as response:
                         return response.status, str(response.reason or ""), await response.read()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Final
+from typing import Final, NamedTuple
 
 import aiohttp
 from pydantic_core import from_json
@@ -71,37 +71,44 @@ def new_session(tls: ssl.SSLContext | bool) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls, limit=0), trust_env=False)
 
 
+class Lane(NamedTuple):
+    """A loop's session, and the slots that bound its requests in flight."""
+
+    session: aiohttp.ClientSession
+    slots: asyncio.Semaphore
+
+
 class Sessions:
     """One aiohttp session per event loop (a session belongs to the loop it was made
-    in): the operator has one loop; tests and tools that call `asyncio.run` more
-    than once get a session in each, and the sessions of loops that have ended are
-    let go."""
+    in), with a semaphore of `in_flight` slots: the operator has one loop; tests and
+    tools that call `asyncio.run` more than once get a lane in each, and the lanes of
+    loops that have ended are let go."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, in_flight: int) -> None:
         self._ssl = ssl_context(connection)
-        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+        self._in_flight = in_flight
+        self._lanes: dict[asyncio.AbstractEventLoop, Lane] = {}
 
-    def get(self) -> aiohttp.ClientSession:
+    def get(self) -> Lane:
         loop = asyncio.get_running_loop()
-        session = self._sessions.get(loop)
-        if session is None or session.closed:
+        lane = self._lanes.get(loop)
+        if lane is None or lane.session.closed:
             self._forget_ended()
-            session = new_session(self._ssl)
-            self._sessions[loop] = session
-        return session
+            lane = Lane(new_session(self._ssl), asyncio.Semaphore(self._in_flight))
+            self._lanes[loop] = lane
+        return lane
 
     def _forget_ended(self) -> None:
-        for loop in [loop for loop in self._sessions if loop.is_closed()]:
-            session = self._sessions.pop(loop)
+        for loop in [loop for loop in self._lanes if loop.is_closed()]:
+            session = self._lanes.pop(loop).session
             connector = session.connector
             session.detach()  # closed without its ended loop
             if connector is not None:
-                connector._close()  # marks it closed; its sockets end with the loop's
+                connector._close()  # marks it closed; the collector closes its sockets
 
     async def close(self) -> None:
         """Close the running loop's session; forget those of ended loops."""
-        loop = asyncio.get_running_loop()
-        session = self._sessions.pop(loop, None)
-        if session is not None:
-            await session.close()
+        lane = self._lanes.pop(asyncio.get_running_loop(), None)
+        if lane is not None:
+            await lane.session.close()
         self._forget_ended()

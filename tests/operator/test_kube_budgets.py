@@ -43,6 +43,7 @@ def server() -> Iterator[str]:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
         httpd.shutdown()
+        httpd.server_close()
 
 
 def test_pod_log_reads_spend_their_own_budget_not_the_creates(server: str) -> None:

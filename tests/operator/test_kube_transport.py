@@ -206,4 +206,4 @@ def test_one_client_serves_one_event_loop_after_another(server: Server) -> None:
     # The first loop has ended without closing its session; the second gets its own
     # and lets the first go (closed: no warning of an unclosed session).
     assert asyncio.run(get(then_close=True)) == CONFIG_MAP
-    assert kube._sessions._sessions == {}
+    assert kube._sessions._lanes == {}
