@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localcluster import gobuild, operator
+from localcluster import gobuild, operator, operator_venv
 from localcluster.processes import port_free
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -203,7 +203,9 @@ def operator_process(
         return BaselineProcess(spec, kubeconfig, namespaces[0], log_path)
     if spec.kind == "horovod":
         extra = ["--qps", str(spec.qps), "--burst", str(spec.burst), *spec.extra]
-        return operator.OperatorProcess(kubeconfig, namespaces, log_path, extra)
+        # As it ships: without the SDK's kubernetes package (localcluster/operator_venv.py).
+        python = operator_venv.operator_python()
+        return operator.OperatorProcess(kubeconfig, namespaces, log_path, extra, python)
     if len(namespaces) != 1:
         raise ValueError("mpi-operator watches one namespace (or all)")
     return MpiOperatorProcess(spec, kubeconfig, namespaces[0], log_path)

@@ -69,9 +69,9 @@ if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
   "$py" -m venv .venv
 fi
-say "installing the operator, dev and benchmark tools into .venv"
+say "installing the operator, the SDK, dev and benchmark tools into .venv"
 .venv/bin/pip install -q --upgrade pip >/dev/null
-.venv/bin/pip install -q -e '.[operator,dev,bench]'
+.venv/bin/pip install -q -e '.[operator,sdk,dev,bench]'
 
 # The worker's frameworks (3 GB of wheels) are fetched into a wheelhouse beside the
 # Go builds below, network beside CPU, and installed from it after them; a fresh

@@ -214,7 +214,9 @@ def _via_kubernetes_package(paths: list[Path], context: str) -> Connection:
     except ImportError:
         raise CredentialsError(
             "the kubeconfig's user runs an exec plugin or auth-provider, which needs the "
-            "kubernetes package (pip install kubernetes), or use a token or client certificate"
+            "kubernetes package (pip install 'horovod-operator[sdk]'; the operator image has "
+            "none: in a cluster it uses its ServiceAccount), or use a token or client "
+            "certificate"
         ) from None
     configuration = client.Configuration()
     config.load_kube_config(  # type: ignore[no-untyped-call]

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -143,23 +144,42 @@ def test_an_exec_plugin_goes_through_the_kubernetes_package(tmp_path: Path) -> N
     assert got.authorization() == "Bearer from-exec"
 
 
-def test_the_operator_process_does_not_load_the_kubernetes_package_nor_cryptography() -> None:
-    """Neither is needed to start: the SDK's kubernetes never, cryptography (about 9 MB
-    resident) only for the first job's SSH keys."""
+def test_an_exec_plugin_without_the_kubernetes_package_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "kubernetes", None)  # as in the operator image
+    path = kubeconfig(tmp_path, {"exec": {"command": "gcloud"}})
+    with pytest.raises(CredentialsError, match=r"horovod-operator\[sdk\]"):
+        from_kubeconfig([path])
+
+
+def test_the_operator_extra_leaves_the_sdk_client_out() -> None:
+    """The operator image installs the `operator` extra only: the kubernetes package
+    is the SDK's (the `sdk` extra)."""
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert not [r for r in extras["operator"] if r.startswith("kubernetes")]
+    assert [r for r in extras["sdk"] if r.startswith("kubernetes")]
+
+
+def test_the_operator_starts_without_the_kubernetes_package_and_cryptography() -> None:
+    """As in the image, where the kubernetes package is not installed (here it is
+    hidden); cryptography (about 9 MB resident) is loaded only for the first job's
+    SSH keys."""
     code = textwrap.dedent(
         """\
         import sys
-        from horovod_operator.__main__ import without_kubernetes_package
-        with without_kubernetes_package():
-            import kopf
-            from horovod_operator import handlers
+        sys.modules["kubernetes"] = None  # as if not installed
+        import kopf
+        from horovod_operator import handlers
         loaded = sorted(
-            m for m in sys.modules if m.split(".")[0] in ("kubernetes", "cryptography")
+            m for m in sys.modules
+            if m.split(".")[0] in ("kubernetes", "cryptography") and sys.modules[m] is not None
         )
         print(loaded)
-        import kubernetes  # still importable afterwards (exec-plugin kubeconfigs)
         from horovod_operator import sshkeys
-        sshkeys.generate_key_pair()  # and the keys still come
+        sshkeys.generate_key_pair()  # the keys still come
         """
     )
     env = {

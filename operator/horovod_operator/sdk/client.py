@@ -19,8 +19,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, cast
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+try:
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+except ImportError as missing:  # the operator image installs no SDK client
+    raise ImportError(
+        "horovod_operator.sdk and hvjob need the kubernetes package: "
+        "pip install 'horovod-operator[sdk]'"
+    ) from missing
 from pydantic import ValidationError
 
 from horovod_contract.rank_output import RankSplitter
