@@ -10,7 +10,7 @@ import logging
 import time
 from typing import Any, Final
 
-from . import metrics, names, views
+from . import kinds, metrics, names, views
 from .children import controlled_by, describe_owner, role_of
 from .conditions import format_time, now_utc
 from .kinds import CREATE_STAGES
@@ -184,6 +184,8 @@ class Applier:
             raise errors[0]
         if any(t.kind == "Secret" for t in targets):
             memory.secret = None  # and known: not read again
+        if any(t.kind == kinds.LAUNCHER_JOB.kind for t in targets):
+            memory.launcher = None  # no stand-in for a Job being deleted
         for target in targets:
             if target.warning is not None and body is not None:
                 await self._post_event(body, Event("Warning", "ForceDeleted", target.warning))
@@ -259,6 +261,8 @@ class Applier:
             # Not in the watch yet (a PodGroup never is: it is not watched); for
             # PENDING_WRITE_TTL it is not created again.
             memory.creating[name] = time.monotonic()
+        if kind == kinds.LAUNCHER_JOB.kind and created:
+            memory.launcher = views.whole(created)
         if kind == "PodGroup":
             await self._retire_earlier_groups(memory, obj)
         if kind == "Secret":

@@ -117,13 +117,13 @@ class Children:
 
     def one_of(self, kind: str) -> Obj | None:
         """The job's own object of a kind it has one of (kinds.DELETED_WHEN_INVALID)."""
-        attribute = _ONE_EACH[kind]
+        attribute = ONE_EACH[kind]
         found: Obj | None = getattr(self, attribute)
         return found
 
 
 # The kinds a job has one of, and the Children field that holds it.
-_ONE_EACH: Final = {
+ONE_EACH: Final = {
     kinds.SECRET.kind: "secret",
     kinds.CONFIG_MAP.kind: "config_map",
     kinds.SERVICE.kind: "service",
@@ -138,7 +138,7 @@ def sort_children(uid: str, objects: Mapping[str, Iterable[Obj]]) -> Children:
         kinds.LAUNCHER_JOB.kind,
         kinds.POD.kind,
         kinds.WORKLOAD.kind,
-        *_ONE_EACH,
+        *ONE_EACH,
     }
     if unknown:
         raise ValueError(f"sort_children: no rule for the kinds {sorted(unknown)}")
@@ -163,7 +163,7 @@ def sort_children(uid: str, objects: Mapping[str, Iterable[Obj]]) -> Children:
             children.stray_launcher_pods.append(pod)
         else:
             foreign[name_of(pod)] = pod
-    for kind, attribute in _ONE_EACH.items():
+    for kind, attribute in ONE_EACH.items():
         for item in objects.get(kind, ()):
             if controlled_by(item, uid):
                 setattr(children, attribute, item)

@@ -10,7 +10,7 @@ running job ignores). `kubectl wait --for=condition=Stalled` works on them.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
 from .api import Condition, HorovodJobStatus, Phase
@@ -114,6 +114,14 @@ def format_time(moment: datetime) -> str:
 
 def parse_time(value: str) -> datetime:
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+
+
+def due_time(start: str | None, seconds: int | None) -> datetime | None:
+    """start + seconds, or None when either is unset. The API bounds both (a year
+    at most), so this never leaves datetime's range."""
+    if start is None or seconds is None:
+        return None
+    return parse_time(start) + timedelta(seconds=seconds)
 
 
 def set_condition(

@@ -3,15 +3,14 @@
 :func:`decide` takes the job as stored, the children it controls, what the API
 server refused lately and the time, and returns a :class:`~.plan.Plan`: the
 status to write, the Events to post, the objects to delete and create, when to
-look again. Every decision lives here: validation and rejected edits, the
-launcher gate, stuck states, restarts, deadlines, the startup timeout, cleanup
-and TTL. The reconciler only executes plans, so this is tested as a table
+look again. The reconciler only executes plans, so this is tested as a table
 without a cluster.
 
-This module decides which way the job goes (its spec, a rejected edit, the phase
-compute_status gives); the parts of the plan come from pure helpers beside it:
-plan_creates (what the attempt lacks), plan_deletes (pods, cleanup, TTL) and
-plan_notices (Stalled, Events, timers).
+This module decides which way the job goes: its spec, a rejected edit, Kueue's
+gate. The status itself, every phase and way to fail with its reason and message,
+is phases.compute_status's; what it means for the children comes from pure helpers
+beside this one: plan_creates (what the attempt lacks, the launcher gate),
+plan_deletes (pods, cleanup, TTL) and plan_notices (Events, timers).
 """
 
 from __future__ import annotations
@@ -41,16 +40,14 @@ from .conditions import (
     REASON_INVALID_SPEC,
     REASON_PROGRESS_NOT_READ,
     SPEC_REJECTED,
-    fail,
     set_condition,
     true_condition,
 )
 from .phases import compute_status, invalid_spec_status
-from .plan import Delete, Event, Observation, Plan, Refusal
+from .plan import Event, Observation, Plan, Refusal
 from .plan_creates import ensure_children
 from .plan_deletes import delete_everything, delete_pods, finish, force_delete_stuck_pods
 from .plan_notices import (
-    report_progress,
     requeue_for_timers,
     say_no_gang,
     say_uncounted_claims,
@@ -126,14 +123,8 @@ def decide(seen: Observation) -> Plan:
             # An elastic job Kueue admitted in part runs with what it got.
             job = job.model_copy(update={"spec": job.spec.admitted(admitted.count)})
     hold = queue.hold if queue is not None else None
-    status = compute_status(job, seen.children, seen.now, rejected_edit, hold)
-    lost: tuple[list[Delete], list[Event]] = ([], [])
-    if job.spec.elastic is not None and status.phase in ATTEMPT_PHASES:
-        deletes, lost_events, fatal = elastic.track(job, previous, status, seen)
-        lost = (deletes, lost_events)
-        if fatal is not None:
-            fail(status, fatal[0], fatal[1], seen.now)
-            lost = ([], [])
+    computed = compute_status(job, seen, rejected_edit, hold)
+    status = computed.status
     plan = Plan(status=status, accepted_spec=accepted_spec if rejected_edit is None else None)
     if queue is not None:
         if queue.create is not None and not job.spec.run_policy.suspend:
@@ -141,11 +132,12 @@ def decide(seen: Observation) -> Plan:
         plan.workload_status = queue.patch
         plan.workload_adopt = queue.adopt
     if status.phase in ATTEMPT_PHASES:
-        plan.deletes += lost[0]
+        if job.spec.elastic is not None:
+            plan.deletes += elastic.failed_pods(status, seen)
         if stand_in:
             # Nothing is created from a stand-in: it has no templates.
-            report_progress(plan, job, status, seen)
-            plan.events = transition_events(previous, status, plan.stalled_detail) + lost[1]
+            plan.events = transition_events(previous, status, computed.stalled_detail)
+            plan.events += computed.events
             requeue_for_timers(plan, job, status, seen.now)
             return plan
         # The spec this attempt runs on, as the ConfigMap records it (accepted.py).
@@ -156,7 +148,6 @@ def decide(seen: Observation) -> Plan:
         # (tests/operator/test_template_shapes.py): an exception here is our bug, for
         # the reconcile loop to log and retry, never the user's InvalidSpec.
         ensure_children(plan, job, status, seen, queue, ran_on)
-        report_progress(plan, job, status, seen)
     elif status.phase in ("Restarting", "Suspended"):
         delete_pods(plan, seen, None, with_launcher=True)
         if status.elastic is not None:
@@ -170,7 +161,7 @@ def decide(seen: Observation) -> Plan:
         plan.workload_status = queueing.pods_ready_patch(
             seen.children.workload, queueing.pods_started(job, status), seen.now
         )
-    plan.events = transition_events(previous, status, plan.stalled_detail) + lost[1]
+    plan.events = transition_events(previous, status, computed.stalled_detail) + computed.events
     if previous is None and job.spec.run_policy.progress_deadline_seconds and not seen.reads_logs:
         plan.events.append(
             Event(

@@ -44,15 +44,14 @@ def track(
     previous: HorovodJobStatus | None,
     status: HorovodJobStatus,
     seen: Observation,
-) -> tuple[list[Delete], list[Event], tuple[str, str] | None]:
-    """The pods to delete, the Events to post, and (reason, message) if the job
-    must fail. Updates status.elastic in place."""
+) -> tuple[list[Event], tuple[str, str] | None]:
+    """The Events to post, and (reason, message) if the job must fail. Updates
+    status.elastic in place (compute_status's helper)."""
     assert job.spec.elastic is not None
     tracked = (status.elastic or ElasticStatus()).model_copy(deep=True)
     if tracked.attempt != status.restarts:
         tracked.attempt, tracked.worker_uids = status.restarts, {}
     recorded = {loss.uid[:UID_KEPT] for loss in tracked.lost_workers}
-    deletes: list[Delete] = []
     events: list[Event] = []
     fatal: tuple[str, str] | None = None
     rules = job.spec.run_policy.pod_failure_policy
@@ -70,8 +69,6 @@ def track(
     tracked.worker_uids = present
     for pod in current:
         failed = pod_phase(pod) == "Failed" and not is_terminating(pod)
-        if failed:
-            deletes.append(Delete("Pod", name_of(pod), uid=uid_of(pod)))
         if uid_of(pod)[:UID_KEPT] in recorded or not (failed or is_terminating(pod)):
             continue
         if failed:
@@ -133,7 +130,19 @@ def track(
         )
     tracked.workers = ready
     status.elastic = tracked
-    return deletes, events, fatal
+    return events, fatal
+
+
+def failed_pods(status: HorovodJobStatus, seen: Observation) -> list[Delete]:
+    """The attempt's failed worker pods, deleted so that their places are made again
+    (track has recorded them)."""
+    return [
+        Delete("Pod", name_of(pod), uid=uid_of(pod))
+        for pod in seen.children.workers
+        if attempt_of(pod) == status.restarts
+        and pod_phase(pod) == "Failed"
+        and not is_terminating(pod)
+    ]
 
 
 def _lost_event(job: HorovodJob, pod: str, detail: str, why: str) -> Event:

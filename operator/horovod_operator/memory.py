@@ -37,6 +37,10 @@ class JobMemory:
     uid: str = ""
     creating: dict[str, float] = field(default_factory=dict)
     deleting: dict[str, float] = field(default_factory=dict)
+    # The launcher Job as its create answered, until the watch shows it: the watch of
+    # Jobs can lag behind the watch of Pods, and its pods would look stray meanwhile
+    # (their Job gone: a restart for LauncherDeleted).
+    launcher: Obj | None = None
     refused: dict[str, Refused] = field(default_factory=dict)
     # (generation, raw spec) of the spec last accepted: a started job whose edit is
     # invalid keeps running on it (observing.Observer._accepted_spec parses it when needed).
@@ -53,6 +57,19 @@ class JobMemory:
     # Secrets are not watched (observing.Observer._secret). `secret_read`: it is known.
     secret: Obj | None = None
     secret_read: bool = False
+
+    def unseen_launcher(self, indexed: Collection[Obj]) -> Obj | None:
+        """The launcher Job this operator created that the watch does not show yet (for
+        observing.PENDING_WRITE_TTL at most, as any pending create), so that its pods are told
+        apart by its UID meanwhile; None once the watch shows it or the wait is over."""
+        launcher = self.launcher
+        if launcher is None:
+            return None
+        name = launcher["metadata"]["name"]
+        if name not in self.creating or any(o["metadata"]["name"] == name for o in indexed):
+            self.launcher = None
+            return None
+        return launcher
 
 
 @dataclass

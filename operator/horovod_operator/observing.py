@@ -139,10 +139,13 @@ class Observer:
         # Every observed job, so that the gauge is whole after an operator restart too.
         metrics.PHASES.set(key, (body.get("status") or {}).get("phase"))
         secret = await self._secret(key, memory, body)
-        children = sort_children(
-            memory.uid, {**self.indexes.children(key), kinds.SECRET.kind: secret}
-        )
-        self._settle(memory, children)
+        objects = {**self.indexes.children(key), kinds.SECRET.kind: secret}
+        unseen = memory.unseen_launcher(objects.get(kinds.LAUNCHER_JOB.kind, ()))
+        if unseen is not None:
+            jobs = objects.get(kinds.LAUNCHER_JOB.kind, ())
+            objects[kinds.LAUNCHER_JOB.kind] = (*jobs, unseen)
+        children = sort_children(memory.uid, objects)
+        self._settle(memory, children, unseen)
         _remember_launcher_disruptions(memory, children)
         flavors: dict[str, Obj] = {}
         priority: Priority | None = None
@@ -309,8 +312,9 @@ class Observer:
                 return Priority(group, kind, name, int(found.get("value") or 0))
         return None
 
-    def _settle(self, memory: JobMemory, children: Children) -> None:
-        """Forget expectations the watch has caught up with, or that are too old."""
+    def _settle(self, memory: JobMemory, children: Children, unseen: Obj | None = None) -> None:
+        """Forget expectations the watch has caught up with, or that are too old.
+        `unseen`: the launcher Job known from its create only, not from the watch."""
         now = time.monotonic()
         owned = [
             children.secret,
@@ -320,7 +324,7 @@ class Observer:
             children.workload,
             *children.workers,
         ]
-        seen = {name_of(obj) for obj in owned if obj is not None}
+        seen = {name_of(obj) for obj in owned if obj is not None and obj is not unseen}
         going = {name_of(obj) for obj in owned if obj is not None and terminating(obj)}
         for name in [
             n for n, t in memory.creating.items() if n in seen or now - t > PENDING_WRITE_TTL

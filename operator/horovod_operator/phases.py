@@ -1,21 +1,28 @@
-"""The phase machine: the job and its own children in, the next status out.
+"""The one home of a job's status: what is observed in, the next status out.
 
-:func:`compute_status` reads the previous status only for what the children
-cannot tell (the restart count, the start times, when conditions moved) and
-derives the rest, so an operator restarted at any point computes the same
-status from the same cluster. What the status means for the children (create,
-delete, clean up) is decided in :mod:`horovod_operator.decide`. A failed attempt's
-judgement and its restart or failure are in :mod:`horovod_operator.attempt_failures`;
-comparing a status with the stored one is status_writing's.
+:func:`compute_status` decides every phase, every way to fail and every reason and
+message; :mod:`horovod_operator.decide` plans what the status means for the
+children. It reads the previous status only for what the children cannot tell (the
+restart count, the start times, when conditions moved) and derives the rest, so an
+operator restarted at any point computes the same status from the same cluster.
+
+Its helpers: a failed attempt's judgement and its restart or failure in
+:mod:`horovod_operator.attempt_failures`; an elastic job's losses in
+:mod:`horovod_operator.elastic`; what a job under way waits for, and its startup
+timeout, in :mod:`horovod_operator.waiting`. Comparing a status with the stored one
+is status_writing's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
-from typing import Any, Final
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
+from . import elastic, waiting
 from .api import (
+    ATTEMPT_PHASES,
     STARTED_PHASES,
     TERMINAL_PHASES,
     Failure,
@@ -44,25 +51,15 @@ from .conditions import (
     SPEC_REJECTED,
     SUSPENDED,
     clear_condition,
+    due_time,
     enter_phase,
     fail,
     format_time,
-    parse_time,
     set_condition,
 )
 from .failures import Judged
+from .plan import Event, Observation
 from .pod_state import pod_phase, pod_ready
-
-# Phases of an attempt under way (its pods exist or are being made).
-_ATTEMPT_PHASES: Final = frozenset({"Pending", "Starting", "Running", "Restarting"})
-
-
-def due_time(start: str | None, seconds: int | None) -> datetime | None:
-    """start + seconds, or None when either is unset. The API bounds both (a year
-    at most), so this never leaves datetime's range."""
-    if start is None or seconds is None:
-        return None
-    return parse_time(start) + timedelta(seconds=seconds)
 
 
 def active_replicas(job: HorovodJob) -> int:
@@ -96,14 +93,54 @@ def invalid_spec_status(
     return status
 
 
+@dataclass
+class Computed:
+    """compute_status's answer: the next status, and what only its computation knows
+    for the plan's Events (decide.py adds them to the transitions')."""
+
+    status: HorovodJobStatus
+    # An elastic job's lost workers and resizes.
+    events: list[Event] = field(default_factory=list)
+    # How many pods share the Stalled cause, and a few names (its Event's tail).
+    stalled_detail: str = ""
+
+
 def compute_status(
+    job: HorovodJob,
+    seen: Observation,
+    rejected_edit: str | None = None,
+    hold: tuple[str, str] | None = None,
+) -> Computed:
+    """The next status of `job` given what is observed: every phase, every way to
+    fail, every reason and message.
+
+    The phase machine comes first (`_next_phase`); an attempt under way then
+    accounts for an elastic job's lost workers (elastic.track, which can fail the
+    job), says what it waits for, and fails when its start outlives the startup
+    timeout (waiting.report).
+    """
+    status = _next_phase(job, seen.children, seen.now, rejected_edit, hold)
+    computed = Computed(status)
+    if status.phase not in ATTEMPT_PHASES:
+        return computed
+    if job.spec.elastic is not None:
+        events, fatal = elastic.track(job, job.status, status, seen)
+        if fatal is not None:
+            fail(status, *fatal, seen.now)
+            return computed
+        computed.events = events
+    computed.stalled_detail = waiting.report(job, status, seen)
+    return computed
+
+
+def _next_phase(
     job: HorovodJob,
     children: Children,
     now: datetime,
     rejected_edit: str | None = None,
     hold: tuple[str, str] | None = None,
 ) -> HorovodJobStatus:
-    """The next status of `job` given its own children.
+    """The phase machine: the next status of `job` given its own children.
 
     `rejected_edit` is the message of an edit the job ignores (its spec failed
     validation after the job started; `job` then carries the last accepted spec).
@@ -132,7 +169,7 @@ def compute_status(
         reason, message = REASON_SUSPENDED, "the job is suspended"
         if hold is not None and not policy.suspend:
             reason, message = hold
-            if previous.phase in _ATTEMPT_PHASES:
+            if previous.phase in STARTED_PHASES:
                 status.restarts += 1
                 status.uncounted_restarts += 1
         status.launcher = None

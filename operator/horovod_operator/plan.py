@@ -161,9 +161,6 @@ class Plan:
     sweeps: list[PodSweep] = field(default_factory=list)
     creates: list[dict[str, Any]] = field(default_factory=list)
     config_data: dict[str, str] | None = None  # new data of the job's ConfigMap
-    # How many pods share the Stalled cause and a few names, for its Event only (the
-    # condition's message stays the same while the count moves).
-    stalled_detail: str = ""
     # New annotations of the job's ConfigMap: the spec now accepted (accepted.py).
     config_annotations: dict[str, str] | None = None
     delete_job: bool = False  # ttlSecondsAfterFinished passed

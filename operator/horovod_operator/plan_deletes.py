@@ -16,11 +16,11 @@ from .conditions import (
     REASON_DEADLINE,
     REASON_INVALID_SPEC,
     REASON_STARTUP_TIMEOUT,
+    due_time,
     parse_time,
     true_condition,
 )
 from .kinds import DELETED_WHEN_INVALID
-from .phases import due_time
 from .plan import Delete, Observation, Plan, PodSweep
 from .pod_state import pod_phase
 

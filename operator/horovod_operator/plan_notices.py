@@ -1,92 +1,37 @@
-"""What a plan tells: Stalled and the message of a job that does not progress, the
-Events of its transitions, the warnings said once, and when to look again for its
-timers (decide.py's helper; pure)."""
+"""What a plan tells: the Events of a job's transitions, the warnings said once, and
+when to look again for its timers (decide.py's helper; pure)."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
+from typing import Final, get_args
 
-from . import elastic, stalled
-from .api import STARTED_PHASES, STARTING_PHASES, TERMINAL_PHASES, HorovodJob, HorovodJobStatus
+from .api import (
+    STARTED_PHASES,
+    STARTING_PHASES,
+    TERMINAL_PHASES,
+    HorovodJob,
+    HorovodJobStatus,
+    Phase,
+)
 from .conditions import (
     GANG_SCHEDULED,
     REASON_CLAIMS_WITHOUT_GPUS,
     REASON_NO_GANG_SCHEDULER,
-    REASON_PROGRESSING,
     REASON_RESUMED,
-    REASON_STARTING_LAUNCHER,
-    REASON_STARTUP_TIMEOUT,
-    REASON_WAITING,
-    REFUSAL_REASONS,
     SPEC_REJECTED,
     STALLED,
-    clear_condition,
-    fail,
+    due_time,
     set_condition,
     true_condition,
 )
-from .phases import due_time
 from .plan import Event, Observation, Plan
-from .plan_deletes import delete_pods
 
 # Timers further away than this are re-checked then (a long deadline costs one
 # cheap reconcile an hour instead of a timer that outlives its reason).
 MAX_REQUEUE: Final = 3600.0
-_EVENT_PHASES: Final = frozenset({"Running", "Restarting", "Suspended", "Succeeded", "Failed"})
-
-
-def report_progress(
-    plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observation
-) -> None:
-    """Stalled names what blocks the job; reason and message say where it is; the
-    startup timeout ends a start that does not finish."""
-    problems = stalled.problems(job, plan.creates, status, seen)
-    if problems:
-        reason, message, plan.stalled_detail = stalled.summarize(problems)
-        status.conditions = set_condition(
-            status.conditions, STALLED, True, reason, message, seen.now
-        )
-    elif not _refusal_pending(status, plan, seen):
-        clear_condition(status, STALLED, REASON_PROGRESSING, seen.now)
-    blocked = true_condition(status, STALLED)
-    if status.phase == "Running":
-        if job.spec.elastic is not None:
-            status.message = elastic.waiting_message(
-                job, status, stalled.waiting_workers(status, seen)
-            )
-        return
-    counts = status.workers
-    assert counts is not None
-    if blocked is not None:
-        status.reason, status.message = blocked.reason, blocked.message
-    elif status.phase == "Starting":
-        status.reason = REASON_STARTING_LAUNCHER
-        status.message = f"{counts.running} worker pod(s) running; waiting for the launcher"
-    else:
-        status.reason = REASON_WAITING
-        status.message = f"{counts.ready}/{counts.replicas} worker pod(s) ready"
-
-    timeout = stalled.startup_timeout(status, job.spec.run_policy.startup_timeout_seconds, seen.now)
-    if timeout is not None:
-        fail(status, REASON_STARTUP_TIMEOUT, timeout, seen.now)
-        plan.creates.clear()
-        plan.config_data = None
-        delete_pods(plan, seen, None, with_launcher=True)
-
-
-def _refusal_pending(status: HorovodJobStatus, plan: Plan, seen: Observation) -> bool:
-    """A job Stalled by an API refusal stays so until what was refused is created: a
-    restarted operator has no refusal in memory until it tries again, and clearing
-    the condition meanwhile flipped it False and back (a new lastTransitionTime, a
-    second Warning Event for the same refusal). The status is the durable record."""
-    stalled_by = true_condition(status, STALLED)
-    if stalled_by is None or stalled_by.reason not in REFUSAL_REASONS or seen.refusals:
-        return False
-    return any(
-        stalled.refused_phrase(str(obj["kind"]), str(obj["metadata"]["name"])) in stalled_by.message
-        for obj in plan.creates
-    )
+# Every phase but those of a start, which the status shows as it moves.
+_EVENT_PHASES: Final = frozenset(get_args(Phase)) - STARTING_PHASES
 
 
 def transition_events(

@@ -1,8 +1,8 @@
 """Why a job does not progress: the problems that make it Stalled, and the startup timeout.
 
-Pure: the observation (and what the plan is about to create) in, (reason,
-message) pairs out, most important first: names held by other objects, the API
-server's refusals, then each pod the scheduler or kubelet cannot start.
+Pure: the observation and the status in, (reason, message) pairs out, most
+important first: names held by other objects, the API server's refusals, then each
+pod the scheduler or kubelet cannot start.
 """
 
 from __future__ import annotations
@@ -13,7 +13,16 @@ from typing import Final
 
 from . import claims, names, podgroups
 from .api import STARTING_PHASES, HorovodJob, HorovodJobStatus
-from .children import Obj, attempt_of, controller_of, describe_owner, is_terminating, name_of
+from .children import (
+    ONE_EACH,
+    Children,
+    Obj,
+    attempt_of,
+    controller_of,
+    describe_owner,
+    is_terminating,
+    name_of,
+)
 from .conditions import (
     REASON_CHILD_CONFLICT,
     REASON_CREATE_FAILED,
@@ -22,8 +31,8 @@ from .conditions import (
     REASON_DISCOVERY_PENDING,
     REASON_GANG_UNAVAILABLE,
     REASON_OLD_CHILD,
+    due_time,
 )
-from .phases import due_time
 from .plan import Observation
 from .pod_state import pod_phase, pod_problem
 
@@ -32,6 +41,32 @@ def refused_phrase(kind: str, name: str) -> str:
     """How a Stalled message names a refused create (and how a later reconcile, with
     no refusal in memory, finds the object it was about)."""
     return f"the API server refused to create {kind} {name}"
+
+
+_REFUSED: Final = re.compile(refused_phrase(r"(\S+)", r"([^\s:]+)"))
+
+
+def refused_and_missing(message: str, status: HorovodJobStatus, children: Children) -> bool:
+    """Whether an object a Stalled message names as refused is still missing."""
+    return any(
+        not _exists(kind, name, status, children) for kind, name in _REFUSED.findall(message)
+    )
+
+
+def _exists(kind: str, name: str, status: HorovodJobStatus, children: Children) -> bool:
+    if kind == "Pod":
+        return any(name_of(pod) == name for pod in children.all_pods())
+    if kind == "Job":
+        return children.launcher_job is not None
+    if kind == "Workload":
+        return children.workload is not None
+    if kind == "PodGroup":
+        # Not watched; it is created while a worker of the attempt is missing.
+        replicas = status.workers.replicas if status.workers else 0
+        return len(_current(children.workers, status)) >= replicas
+    if kind in ONE_EACH:
+        return children.one_of(kind) is not None
+    return False
 
 
 def undiscovered(job: HorovodJob, seen: Observation) -> list[tuple[str, str]]:
@@ -60,9 +95,7 @@ def claims_problem(job: HorovodJob, seen: Observation) -> tuple[str, str] | None
     return claims.blocking(job.spec.slots_per_worker, plugin, seen.worker_claims)
 
 
-def problems(
-    job: HorovodJob, creates: list[dict[str, object]], status: HorovodJobStatus, seen: Observation
-) -> list[tuple[str, str]]:
+def problems(job: HorovodJob, status: HorovodJobStatus, seen: Observation) -> list[tuple[str, str]]:
     children = seen.children
     problems: list[tuple[str, str]] = []
     claim = claims_problem(job, seen)
@@ -107,9 +140,9 @@ def problems(
             )
         )
     job_name = str(seen.body["metadata"]["name"])
-    wanted = {_created_name(obj) for obj in creates}
+    # A name another object holds is never created (plan_creates), so it blocks the job.
     needed = _needed_names(job_name, status, ssh=job.spec.launch_mode == "mpi")
-    for name in sorted(needed - wanted):
+    for name in sorted(needed):
         other = children.foreign.get(name)
         if other is not None:
             problems.append(_conflict(other, job_name))
@@ -231,10 +264,6 @@ def _pending_problem(pod: Obj, seen: Observation) -> tuple[str, str] | None:
 
 # How kube-scheduler words a gang member held back only because its group is incomplete.
 _GANG_ONLY: Final = "cannot be satisfied:"
-
-
-def _created_name(obj: Obj) -> str:
-    return str(obj["metadata"]["name"])
 
 
 def _needed_names(job: str, status: HorovodJobStatus, ssh: bool) -> set[str]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from . import metrics, names
-from .api import TERMINAL_PHASES, HorovodJobStatus, parse_status
+from .api import STARTING_PHASES, TERMINAL_PHASES, HorovodJobStatus, parse_status
 from .conditions import CREATED, now_utc, parse_time
 from .kube import Kube
 from .kube_errors import KubeError
@@ -129,7 +129,6 @@ def _count_transition(key: Key, before: str | None, status: HorovodJobStatus) ->
 # Starting, the Created condition and the waiting reason. The reconciler may
 # hold a change of these alone for a moment, since a later change (Running, a
 # failure) often supersedes it.
-PROGRESS_PHASES: Final = frozenset({"Pending", "Starting"})
 _PROGRESS_KEYS: Final = frozenset(
     {"workers", "launcher", "phase", "conditions", "reason", "message"}
 )
@@ -145,7 +144,7 @@ def progress_only(stored: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     if not stored:
         return False
     phases = {stored.get("phase"), new.get("phase")}
-    if len(phases) > 1 and not phases <= PROGRESS_PHASES:
+    if len(phases) > 1 and not phases <= STARTING_PHASES:
         return False
     for key in set(stored) | set(new):
         if stored.get(key) == new.get(key):

@@ -11,6 +11,7 @@ from horovod_operator.attempt_failures import wrong_world_size
 from horovod_operator.children import Children, sort_children, stale_children
 from horovod_operator.conditions import set_condition
 from horovod_operator.phases import compute_status, invalid_spec_status
+from horovod_operator.plan import Observation
 from horovod_operator.status_writing import progress_only, status_body
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -107,10 +108,15 @@ def kids(
     )
 
 
+def compute(job: HorovodJob, children: Children, now: datetime) -> HorovodJobStatus:
+    seen = Observation(body={"metadata": {"name": job.metadata.name}}, children=children, now=now)
+    return compute_status(job, seen).status
+
+
 def status_of(
     job: HorovodJob, pods: list[dict[str, Any]], ljob: dict[str, Any] | None, now: datetime
 ) -> HorovodJobStatus:
-    return compute_status(job, kids(pods, ljob), now)
+    return compute(job, kids(pods, ljob), now)
 
 
 RUNNING = {"phase": "Running", "startTime": T0, "workers": {"replicas": 2}}
@@ -250,10 +256,10 @@ def test_an_evicted_launcher_whose_pod_is_gone_restarts_without_counting() -> No
     the executor kept the pod's DisruptionTarget (Children.launcher_disruptions)."""
     running = {**RUNNING, "launcher": {"phase": "Running", "podName": "j-launcher-abcde"}}
     children = kids([worker(0), worker(1)], launcher_job("Failed"))
-    lost = compute_status(make_job(running, backoffLimit=0), children, NOW)
+    lost = compute(make_job(running, backoffLimit=0), children, NOW)
     assert lost.phase == "Failed"  # nothing said why: a failure, as before
     children.launcher_disruptions = {"j-launcher-abcde": "EvictionByEvictionAPI"}
-    result = compute_status(make_job(running, backoffLimit=0), children, NOW)
+    result = compute(make_job(running, backoffLimit=0), children, NOW)
     assert result.phase == "Restarting"
     assert (result.restarts, result.uncounted_restarts) == (1, 1)
     assert result.failures[0].pod == "j-launcher-abcde"
@@ -491,7 +497,7 @@ def test_two_thousand_failed_ranks_fit_a_small_status_and_the_first_is_kept() ->
         # Rank 1234 failed first; the others a second later (they lost a peer).
         terminated["finishedAt"] = "2026-01-01T11:59:40Z" if i == 1234 else "2026-01-01T11:59:41Z"
         pods.append(failed)
-    result = compute_status(job, kids(pods), NOW)
+    result = compute(job, kids(pods), NOW)
     assert result.phase == "Restarting"
     assert len(result.failures) == 10
     assert result.failures[0].pod == "j-worker-1234"
@@ -503,21 +509,21 @@ def test_two_thousand_failed_ranks_fit_a_small_status_and_the_first_is_kept() ->
 def test_a_secret_deleted_while_the_attempt_runs_restarts_it_uncounted() -> None:
     pods = [worker(0, node="n"), worker(1, node="n"), launcher_pod(node="n")]
     running = make_job(RUNNING, backoffLimit=0)
-    result = compute_status(running, kids(pods, launcher_job(), secret=False), NOW)
+    result = compute(running, kids(pods, launcher_job(), secret=False), NOW)
     assert result.phase == "Restarting"
     assert (result.restarts, result.uncounted_restarts) == (1, 1)
     assert result.failures[0].pod == "j-ssh" and result.failures[0].reason == "SecretDeleted"
     # With its Secret, or in gloo mode (no ssh), or before the attempt started: nothing.
-    assert compute_status(running, kids(pods, launcher_job()), NOW).phase == "Running"
+    assert compute(running, kids(pods, launcher_job()), NOW).phase == "Running"
     gloo = make_job(RUNNING, launch_mode="gloo", backoffLimit=0)
-    assert compute_status(gloo, kids(pods, launcher_job(), secret=False), NOW).phase == "Running"
+    assert compute(gloo, kids(pods, launcher_job(), secret=False), NOW).phase == "Running"
     # Workers that all wait for a node mount whichever Secret there is when they start.
     pending = make_job({**RUNNING, "phase": "Pending"}, backoffLimit=0)
     waiting = [worker(0, "Pending", ready=False), worker(1, "Pending", ready=False)]
-    assert compute_status(pending, kids(waiting, None, secret=False), NOW).phase == "Pending"
+    assert compute(pending, kids(waiting, None, secret=False), NOW).phase == "Pending"
     # One already bound may hold the old key while the other waits: start over.
     waiting[0] = worker(0, "Running", node="n")
-    result = compute_status(pending, kids(waiting, None, secret=False), NOW)
+    result = compute(pending, kids(waiting, None, secret=False), NOW)
     assert result.phase == "Restarting" and result.uncounted_restarts == 1, result
 
 
@@ -586,3 +592,22 @@ def test_an_elastic_world_may_be_anywhere_between_its_bounds() -> None:
     assert wrong_world_size(job, 4) is None and wrong_world_size(job, 8) is None
     assert "4 to 8" in (wrong_world_size(job, 2) or "")
     assert "4 to 8" in (wrong_world_size(job, 10) or "")
+
+
+def test_compute_status_says_what_a_start_waits_for_and_fails_it_past_its_timeout() -> None:
+    """Every way to fail is compute_status's: the startup timeout too, naming what
+    the attempt waited for (waiting.report)."""
+    stuck = worker(1, "Pending", ready=False)
+    stuck["status"]["conditions"].append(
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no GPU"}
+    )
+    pending = {"phase": "Pending", "startTime": T0, "workers": {"replicas": 2}}
+    within = compute(make_job(pending, startupTimeoutSeconds=600), kids([worker(0), stuck]), NOW)
+    assert (within.phase, within.reason) == ("Pending", "Unschedulable")
+    assert within.message == "pod j-worker-1: no GPU"
+    late = NOW + timedelta(seconds=600)
+    past = compute(make_job(pending, startupTimeoutSeconds=600), kids([worker(0), stuck]), late)
+    assert (past.phase, past.reason) == ("Failed", "StartupTimeout")
+    assert past.message == (
+        "the attempt did not start within startupTimeoutSeconds (600s): pod j-worker-1: no GPU"
+    )

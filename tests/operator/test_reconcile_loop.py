@@ -466,3 +466,73 @@ def test_a_builder_bug_is_logged_with_its_traceback_and_retried_not_blamed_on_th
     assert failed and failed[0].exc_info is not None, caplog.text
     assert failed[0].exc_info[0] is TypeError
     assert writes(kube) == []
+
+
+def launcher_objects(job_uid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The launcher Job as its create answered, and the pod the Job controller made."""
+    labels = {
+        "horovod.ai/role": "launcher",
+        "horovod.ai/attempt": "0",
+        "horovod.ai/job-uid": job_uid,
+    }
+    batch_job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "j-launcher",
+            "namespace": "ns",
+            "uid": "launcher-uid",
+            "labels": labels,
+            "ownerReferences": [{"kind": "HorovodJob", "uid": job_uid, "controller": True}],
+        },
+        "spec": {},
+    }
+    pod = {
+        "kind": "Pod",
+        "metadata": {
+            "name": "j-launcher-x7k2p",
+            "namespace": "ns",
+            "labels": labels,
+            "ownerReferences": [{"kind": "Job", "uid": "launcher-uid", "controller": True}],
+        },
+        "spec": {},
+        "status": {"phase": "Pending"},
+    }
+    return batch_job, pod
+
+
+def test_a_launcher_pod_whose_job_the_watch_lags_on_is_not_stray() -> None:
+    """The Job watch can lag behind the Pod watch (CI, 2026-12-06, load 18: a job
+    restarted for LauncherDeleted before it ran). The Job as its create answered
+    stands in until the watch shows it."""
+    kube = FakeKube()
+    loop = reconciler(kube)
+    observer = loop.executor.observer
+    batch_job, pod = launcher_objects("u-1")
+    watched = dict(loop.executor.indexes.by_kind)
+    observer.indexes = Indexes({**watched, "Pod": {KEY: [pod]}, "Job": {KEY: []}})
+
+    def look() -> tuple[Any, JobMemory]:
+        found = asyncio.run(observer.observe(KEY, 0.0))
+        assert found is not None
+        return found
+
+    seen, memory = look()
+    assert seen.children.stray_launcher_pods == [pod]  # what the lag looked like
+    # The create's answer is kept (the fake answers with what was sent).
+    assert asyncio.run(loop.executor.applier._create_one(memory, batch_job, 1))
+    assert memory.launcher == batch_job and "j-launcher" in memory.creating
+    seen, memory = look()
+    assert seen.children.launcher_job == batch_job
+    assert seen.children.launcher_pods == [pod] and seen.children.stray_launcher_pods == []
+    assert "j-launcher" in memory.creating  # not seen by the watch yet: still expected
+    # Deleted before the watch showed it (a restart at once): no stand-in is left to
+    # hold the next attempt back.
+    asyncio.run(loop.executor.applier._delete(KEY, [Delete("Job", "j-launcher")], memory))
+    assert memory.launcher is None
+    memory.launcher = batch_job
+    # The watch shows it: the stand-in goes, and so does the expectation.
+    observer.indexes = Indexes({**watched, "Pod": {KEY: [pod]}, "Job": {KEY: [batch_job]}})
+    seen, memory = look()
+    assert memory.launcher is None and "j-launcher" not in memory.creating
+    assert seen.children.launcher_pods == [pod]
