@@ -32,9 +32,9 @@ def rank0_sources(
 ) -> list[tuple[str, str | None]]:
     """The (pod, container) logs that may hold rank 0's output, in the order to read
     them: the launcher's (mpi), worker 0's (gloo: rank 0 runs there), or for an
-    elastic job the Running workers of the attempt by index (rank 0 starts on the
-    lowest-index worker Horovod's driver found Ready, elastic_launcher.py; only
-    that one prints rank 0's line)."""
+    elastic job the workers of the attempt that ran (Running, or ended) by index
+    (rank 0 starts on the lowest-index worker Horovod's driver found Ready,
+    elastic_launcher.py; only that one prints rank 0's line)."""
     status = body.get("status") or {}
     spec = body.get("spec") or {}
     attempt = str(status.get("restarts") or 0)
@@ -49,7 +49,10 @@ def rank0_sources(
                 for p in pods
                 if labels(p).get(names.LABEL_ATTEMPT) == attempt
                 and labels(p).get(names.LABEL_ROLE) == names.ROLE_WORKER
-                and (p.get("status") or {}).get("phase") in ("Running", "Succeeded")
+                # Any that ran: the end's last look comes after the clean-up policy
+                # stopped the workers, whose agents then end Failed (SIGTERM); their
+                # logs still hold rank 0's line (the kind rung of 2026-12-06 missed it).
+                and (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
             ),
             key=lambda p: (_index(labels(p).get(names.LABEL_WORKER_INDEX)), p["metadata"]["name"]),
         )
