@@ -63,10 +63,12 @@ SSH_CLIENT_CONFIG: Final = "mpijob-ssh-client"
 IMAGE_SSH_CONFIG: Final = "Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n"
 LABELS: Final = {
     "ours": "horovod-operator (its own sshd and launcher)",
+    "ours-preloaded": "horovod-operator, ranks forked from a preloaded interpreter (HVJOB_PRELOAD)",
     "mpi-operator": "mpi-operator v0.8.0 (WaitForWorkersReady, work queue unthrottled)",
 }
-PREFIX: Final = {"ours": "hv", "mpi-operator": "mpi"}
+PREFIX: Final = {"ours": "hv", "ours-preloaded": "hvp", "mpi-operator": "mpi"}
 IMPORTS: Final = ("torch", "horovod.torch")
+PRELOAD: Final = ",".join(IMPORTS)
 
 
 def horovod_job(name: str, image: str) -> Obj:
@@ -83,6 +85,18 @@ def horovod_job(name: str, image: str) -> Obj:
             "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
         },
     }
+
+
+def preloaded_job(name: str, image: str) -> Obj:
+    """The HorovodJob with HVJOB_PRELOAD on both roles (horovod_worker.preload): the
+    workers import the framework while they wait, and each rank is forked from them."""
+    job = horovod_job(name, image)
+    env = [{"name": "HVJOB_PRELOAD", "value": PRELOAD}]
+    for role in ("worker", "launcher"):
+        # The launcher has no section of its own in horovod_job: the operator's defaults.
+        template = {"spec": {"containers": [{"name": role, "env": env}]}}
+        job["spec"].setdefault(role, {})["template"] = template
+    return job
 
 
 def mpi_job(name: str, image: str) -> Obj:
@@ -188,13 +202,14 @@ def timed(
     client: Client, kubeconfig: Path, namespace: str, key: str, job: Obj, timeout: float
 ) -> dict[str, Any]:
     """One job to its end (bench.realpods.run_one), then deleted with its pods."""
-    kind = "horovodjobs" if key == "ours" else "mpijobs"
+    ours = key.startswith("ours")
+    kind = "horovodjobs" if ours else "mpijobs"
     path = (
         f"/apis/{manifests.HVJOB_API}/namespaces/{namespace}/{manifests.HVJOB_PLURAL}"
-        if key == "ours"
+        if ours
         else f"/apis/{manifests.MPIJOB_API}/namespaces/{namespace}/{manifests.MPIJOB_PLURAL}"
     )
-    phase_of = manifests.horovod_phase if key == "ours" else manifests.mpi_phase
+    phase_of = manifests.horovod_phase if ours else manifests.mpi_phase
     logs: list[str] = []
 
     def launcher_log(pod: str) -> str:
@@ -214,6 +229,10 @@ def timed(
     run = realpods.run_one(client, namespace, path, job, WORKERS, finished, launcher_log, timeout)
     if run["phase"] != "Succeeded":
         run["launcher_log_tail"] = (logs[-1] if logs else "")[-2000:]
+    # A preloaded rank says nothing; one that started its own interpreter says why.
+    run["preload_fallbacks"] = [
+        line for line in (logs[-1] if logs else "").splitlines() if "horovod_worker.preload" in line
+    ]
     kubectl(kubeconfig, "delete", kind, name, "-n", namespace, "--wait=false")
 
     def gone() -> bool:
@@ -278,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     mpi = procs.MpiOperatorProcess(
         spec, args.kubeconfig, args.namespace, args.logs / "mpi-operator.log"
     )
-    makers = {"ours": horovod_job, "mpi-operator": mpi_job}
+    makers = {"ours": horovod_job, "ours-preloaded": preloaded_job, "mpi-operator": mpi_job}
     runs: dict[str, list[dict[str, Any]]] = {key: [] for key in makers}
     failed: list[str] = []
     # mpi-operator's /healthz port is fixed, and under hack/test.sh the other pytest
@@ -295,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
                     say(f"{name}: {run['phase']}, milestones {run['milestones']}")
                     if run["phase"] != "Succeeded":
                         failed.append(f"{name}: {run['phase']}\n{run.get('launcher_log_tail', '')}")
+                    elif key == "ours-preloaded" and run["preload_fallbacks"]:
+                        failed.append(f"{name}: ranks not preloaded: {run['preload_fallbacks']}")
                     runs[key].append(run)
         finally:
             mpi.stop(timeout=30)

@@ -59,12 +59,14 @@ from tests.support.timings import record_timing
 WORKERS = 2
 LABELS = {
     "ours": "horovod-operator (its own sshd and launcher)",
+    "ours-preloaded": "horovod-operator, ranks forked from a preloaded interpreter (HVJOB_PRELOAD)",
     "ours-converted": "horovod-operator, the MPIJob converted (image's sshd, plain horovodrun)",
     "mpi-operator": "mpi-operator v0.8.0 (WaitForWorkersReady, work queue unthrottled)",
 }
-JOB_PREFIX = {"ours": "hv", "ours-converted": "hvc", "mpi-operator": "mpi"}
+JOB_PREFIX = {"ours": "hv", "ours-preloaded": "hvp", "ours-converted": "hvc", "mpi-operator": "mpi"}
 # The part of "-> first step" that is the interpreter and framework loading.
 IMPORTS = ("torch", "horovod.torch")
+PRELOAD = ",".join(IMPORTS)
 
 
 def mpi_job(name: str) -> dict[str, Any]:
@@ -112,6 +114,17 @@ def horovod_job(name: str) -> dict[str, Any]:
         container["volumeMounts"] = [
             m for m in container["volumeMounts"] if m["name"] != "image-ssh-config"
         ]
+    return job
+
+
+def preloaded_job(name: str) -> dict[str, Any]:
+    """Our HorovodJob with HVJOB_PRELOAD on both roles: the workers import torch and
+    Horovod while they wait, and the launcher's horovodrun starts each rank from them
+    (horovod_worker.preload)."""
+    job = horovod_job(name)
+    for role in (job["spec"]["worker"], job["spec"]["launcher"]):
+        container = role["template"]["spec"]["containers"][0]
+        container.setdefault("env", []).append({"name": "HVJOB_PRELOAD", "value": PRELOAD})
     return job
 
 
@@ -183,6 +196,10 @@ def _timed_run(
     log = logs[-1] if logs else ""
     assert run["phase"] == "Succeeded", (name, run, log[-3000:])
     _ranks_on_workers(log, name)
+    if PRELOAD in str(job):
+        # Every rank came from the preloader: a client that started its own interpreter
+        # would have said why in the launcher's log.
+        assert "horovod_worker.preload" not in log, log[-3000:]
     marks = [run["milestones"][m] for m in realpods.MILESTONES]
     assert all(m is not None for m in marks), (name, run)
     assert marks == sorted(marks), (name, run)
@@ -218,6 +235,11 @@ def test_apply_to_first_step_ours_and_mpi_operators(
         "ours": (
             f"/apis/{manifests.HVJOB_API}/namespaces/{namespace}/{manifests.HVJOB_PLURAL}",
             horovod_job,
+            manifests.horovod_phase,
+        ),
+        "ours-preloaded": (
+            f"/apis/{manifests.HVJOB_API}/namespaces/{namespace}/{manifests.HVJOB_PLURAL}",
+            preloaded_job,
             manifests.horovod_phase,
         ),
         "ours-converted": (

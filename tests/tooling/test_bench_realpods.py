@@ -139,6 +139,13 @@ def test_the_kind_shapes_run_one_program_from_one_image() -> None:
     ours = realpods_kind.horovod_job("hv-0", image)
     assert ours["spec"]["image"] == image and ours["spec"]["command"] == realpods_kind.PROGRAM
     assert ours["spec"]["worker"]["replicas"] == realpods_kind.WORKERS
+    # The preloaded shape: the same job, HVJOB_PRELOAD on both roles' containers.
+    preloaded = realpods_kind.preloaded_job("hvp-0", image)
+    assert preloaded["spec"]["worker"]["replicas"] == realpods_kind.WORKERS
+    for role in ("worker", "launcher"):
+        (container,) = preloaded["spec"][role]["template"]["spec"]["containers"]
+        assert container["name"] == role
+        assert container["env"] == [{"name": "HVJOB_PRELOAD", "value": "torch,horovod.torch"}]
 
     mpi = realpods_kind.mpi_job("mpi-0", image)
     spec = mpi["spec"]

@@ -39,7 +39,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from horovod_worker import preload
 
 # The order horovod.common.util.EXTENSIONS probes them in.
 FRAMEWORKS = ("tensorflow", "torch", "mxnet")
@@ -282,6 +284,25 @@ def answer_ssh_check(
     launch._check_all_hosts_ssh_successful = use_cache()(checks.check)  # type: ignore[attr-defined,operator]
 
 
+def preload_ranks(launch: ModuleType) -> bool:
+    """Put horovod_worker.preload's client in front of a static run's rank command when
+    HVJOB_PRELOAD is set: the workers' preloader then runs each rank from a process
+    that has imported its framework already. Elastic runs are left as they are."""
+    if not preload.preload_modules():
+        return False
+    original = getattr(launch, "_run_static", None)
+    if not callable(original):
+        raise RuntimeError("horovod.runner.launch has no _run_static to wrap (not Horovod 0.28?)")
+
+    def _run_static(args: Any) -> Any:
+        if args.command:
+            args.command = preload.wrap(args.command)
+        return original(args)
+
+    launch._run_static = _run_static  # type: ignore[attr-defined]
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     checks = start_ssh_checks(args)
@@ -289,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     from horovod.runner.util import cache
 
     answer_mpi_probe(launch, horovod_dir())
+    preload_ranks(launch)
     if checks is not None:
         answer_ssh_check(launch, checks, cache.use_cache)
     sys.argv = ["horovodrun", *args]

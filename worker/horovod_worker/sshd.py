@@ -45,6 +45,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import horovod_contract as contract
+from horovod_worker import host_pins, preload
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 HOST_KEY = contract.SSH_HOST_KEY
@@ -160,8 +161,11 @@ def render_sshd_config(
     return "\n".join(lines) + "\n"
 
 
-def render_ssh_config(directory: Path, port: int, verify: bool) -> str:
-    """The client's config. With `verify`, only the job's host key is accepted."""
+def render_ssh_config(
+    directory: Path, port: int, verify: bool, pins: Mapping[str, str] | None = None
+) -> str:
+    """The client's config. With `verify`, only the job's host key is accepted;
+    `pins`: workers' addresses resolved once (horovod_worker.host_pins)."""
     if verify:
         host_keys = [
             "    StrictHostKeyChecking yes",
@@ -173,6 +177,7 @@ def render_ssh_config(directory: Path, port: int, verify: bool) -> str:
     return "\n".join(
         [
             MARKER,
+            *host_pins.render(dict(pins or {})),
             "Host *",
             f"    Port {port}",
             f"    IdentityFile {directory / contract.SSH_PRIVATE_KEY}",
@@ -230,10 +235,12 @@ def install_keys(keys_dir: Path, directory: Path) -> bool:
     return True
 
 
-def install_client_config(directory: Path, port: int, home: Path, verify: bool) -> Path:
+def install_client_config(
+    directory: Path, port: int, home: Path, verify: bool, pins: Mapping[str, str] | None = None
+) -> Path:
     """Write ``<dir>/ssh_config``; also ``~/.ssh/config`` unless the user wrote one."""
     config = directory / "ssh_config"
-    text = render_ssh_config(directory, port, verify)
+    text = render_ssh_config(directory, port, verify, pins)
     _write(config, text, 0o600)
     user_config = home / ".ssh" / "config"
     if user_config != config and os.access(home, os.W_OK):
@@ -343,6 +350,29 @@ def is_our_horovodrun(command: Sequence[str]) -> bool:
         return False
 
 
+def pinned_workers(command: Sequence[str]) -> dict[str, str]:
+    """The workers of a static horovodrun command, each with the address its name has
+    now (horovod_worker.host_pins); none for any other command."""
+    if not is_our_horovodrun(command):
+        return {}
+    args = command[len(contract.HOROVODRUN_COMMAND) :]
+    if not host_pins.is_static_horovodrun(args):
+        return {}
+    from horovod_worker.horovodrun import read_ssh_options
+
+    hosts = read_ssh_options(args).hosts
+    pins = host_pins.pin(hosts)
+    missing = [h for h in hosts if h not in pins and h != "localhost"]
+    if missing:
+        print(
+            f"horovod_worker.sshd: {len(missing)} worker name(s) did not resolve within "
+            f"{host_pins.WAIT_S:g}s (first: {missing[0]}); ssh will ask the DNS for them",
+            file=sys.stderr,
+            flush=True,
+        )
+    return pins
+
+
 def run_horovodrun_here(args: Sequence[str]) -> int:
     """horovodrun in this interpreter instead of a fresh one: its ssh checks start
     and its import begins a Python start-up sooner (0.1 to 0.3 s of the launcher's
@@ -406,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.client_only:
             verify = install_keys(args.keys_dir, directory)
-            config = install_client_config(directory, args.port, home, verify)
+            pins = pinned_workers(command)
+            config = install_client_config(directory, args.port, home, verify, pins)
             bin_dir = install_ssh_wrapper(directory, config, verify)
             checked = "verifies the job's host key" if verify else "does NOT verify host keys"
             print(f"horovod_worker.sshd: ssh client configured ({checked}): {config}", flush=True)
@@ -424,6 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"horovod_worker.sshd: uid {os.getuid()} serving port {args.port} from {directory}",
         flush=True,
     )
+    # HVJOB_PRELOAD: import the framework while the launcher comes (horovod_worker.preload).
+    preload.start_beside(port=args.port)
     os.execv(argv_sshd[0], argv_sshd)
     return 0  # not reached
 
