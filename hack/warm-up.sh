@@ -6,9 +6,10 @@
 #             so that a test finds its tool built instead of compiling it inside
 #             its own timeout; the machine-wide Go build lock keeps one compile at
 #             a time, and a test waiting on it uses the tool this lane just built;
-#   images    the operator image and the four worker images, which tests/conftest.py
-#             runs last (hack/images.sh takes a lock per image, so a test waits for
-#             this lane's build and then finds it in the cache).
+#   images    the operator image, the four worker images and the kind node image,
+#             which tests/conftest.py runs last (hack/images.sh and hack/kind.sh
+#             take a lock per image, so a test waits for this lane's build and then
+#             finds it in the cache).
 # Both only fill caches: the tests build and check what they use themselves, and
 # fail on a build that fails.
 #   hack/warm-up.sh            start a Docker engine when none answers (niced, so
@@ -109,8 +110,16 @@ images() {
   local start=$SECONDS
   step hack/images.sh engine
   image_step hack/images.sh operator
-  # In the order the tests ask for them: the kind test's two, then the GPU images.
-  for target in torch-cpu tf-cpu torch-gpu tf-gpu; do
+  # In the order the tests ask for them: the kind test's two and its node image, then
+  # the GPU images. The node image took 963 s inside the kind test on a new machine
+  # (2026-12-06), the longest step of the longer test stream; its tools come from the
+  # Go lane (gobuild's lock: one compile at a time), and its own lock makes the kind
+  # test wait for this build instead of making a second one.
+  for target in torch-cpu tf-cpu; do
+    image_step hack/images.sh worker "$target"
+  done
+  image_step hack/kind.sh node-image
+  for target in torch-gpu tf-gpu; do
     image_step hack/images.sh worker "$target"
   done
   # Every image built: the build cache no image holds is what older inputs left (KEEP

@@ -319,21 +319,21 @@ def _heavy_lock() -> Iterator[None]:
             # Most likely the warm-up's build of this very tool, at idle priority: with
             # the tests' two streams beside it, it could take longer than the waiting
             # test's timeout. It gets a normal share of the CPU until this one goes on.
-            raised = _set_idle(WARM_UP_IDLE, False)
+            raised = set_idle(WARM_UP_IDLE, False)
             if raised:
                 log("waiting for the warm-up's build, now at normal CPU priority")
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX)
             finally:
                 if raised:
-                    _set_idle(WARM_UP_IDLE, True)
+                    set_idle(WARM_UP_IDLE, True)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _set_idle(knob: Path, idle: bool) -> bool:
+def set_idle(knob: Path, idle: bool) -> bool:
     """Set a cgroup's cpu.idle; whether this changed it (False where there is none, it
     is not ours to write, or it already was so)."""
     want = "1" if idle else "0"

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -35,6 +36,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from . import gobuild
 from .paths import CACHE, HACK
@@ -369,6 +371,46 @@ def build(force: bool = False) -> str:
     if not force and _current_digest(docker, name) == digest:
         log(f"{name}: up to date (inputs {digest})")
         return name
+    with _build_lock():
+        # Built meanwhile by the build this one waited for (hack/warm-up.sh's)?
+        if not force and _current_digest(docker, name) == digest:
+            log(f"{name}: built meanwhile (inputs {digest})")
+            return name
+        _build(docker, name, digest, binaries, kind_files)
+    log(f"{name}: built in {time.monotonic() - start:.0f}s (inputs {digest})")
+    return name
+
+
+# Docker's cgroup, idle while hack/warm-up.sh builds (its builds' containers run there).
+DOCKER_IDLE: Final = Path("/sys/fs/cgroup/cpu/docker/cpu.idle")
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """One build of the node image at a time, machine-wide: the kind test waits for the
+    warm-up's build instead of building a second one beside it. A build waited for gets
+    a normal share of the CPU from then on (the warm-up's cgroup and Docker's), as
+    hack/images.sh does for the images: the test would otherwise wait on a build that
+    gets no CPU while both test streams run."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "kind-node-image.lock").open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("waiting for another build of the node image (hack/warm-up.sh's?)")
+            for knob in (gobuild.WARM_UP_IDLE, DOCKER_IDLE):
+                if gobuild.set_idle(knob, False):
+                    log(f"raised {knob.parent} to normal CPU priority while it is waited for")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(
+    docker: str, name: str, digest: str, binaries: dict[str, Path], kind_files: Path
+) -> None:
     pause_image = _pause_image(binaries["kubeadm"])
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kind-node-", dir=CACHE) as tmp:
@@ -426,8 +468,6 @@ def build(force: bool = False) -> str:
             ],
             quiet=True,
         )
-    log(f"{name}: built in {time.monotonic() - start:.0f}s (inputs {digest})")
-    return name
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -56,4 +56,4 @@ def test_a_free_lock_leaves_the_warm_up_alone(
 
 
 def test_no_cgroup_is_no_error(tmp_path: Path) -> None:
-    assert gobuild._set_idle(tmp_path / "missing" / "cpu.idle", False) is False
+    assert gobuild.set_idle(tmp_path / "missing" / "cpu.idle", False) is False
