@@ -167,6 +167,20 @@ def _ranks_on_workers(log: str, name: str) -> list[tuple[int, str]]:
     return found
 
 
+def _failure_report(
+    cluster: KubeCluster, namespace: str, name: str, run: dict[str, Any], log: str
+) -> str:
+    """What a job that did not succeed leaves to read: its run, the launcher's log and
+    each worker's (read before the job is deleted)."""
+    parts = [f"{name} ended {run['phase']}: {json.dumps(run['milestones'])}"]
+    parts += ["--- launcher log (last 6000 characters) ---", log[-6000:]]
+    for i in range(WORKERS):
+        pod = f"{name}-worker-{i}"
+        worker = cluster.kubectl("logs", "--timestamps", pod, "-n", namespace, check=False)
+        parts += [f"--- {pod} ---", (worker.stdout + worker.stderr)[-3000:]]
+    return "\n".join(parts)
+
+
 def _pods_gone(cluster: KubeCluster, namespace: str, name: str) -> bool:
     pods = cluster.get("pods", namespace=namespace)["items"]
     return not any(p["metadata"]["name"].startswith(f"{name}-") for p in pods)
@@ -194,7 +208,10 @@ def _timed_run(
 
     run = realpods.run_one(client, namespace, path, job, WORKERS, finished, launcher_log)
     log = logs[-1] if logs else ""
-    assert run["phase"] == "Succeeded", (name, run, log[-3000:])
+    if run["phase"] != "Succeeded":
+        # A plain string: pytest shortens a long repr to its two ends, which hid the
+        # launcher's mpirun message and every worker's log (the preloader's lines).
+        pytest.fail(_failure_report(cluster, namespace, name, run, log), pytrace=False)
     _ranks_on_workers(log, name)
     if PRELOAD in str(job):
         # Every rank came from the preloader: a client that started its own interpreter
