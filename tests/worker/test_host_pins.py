@@ -3,18 +3,13 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from horovod_worker import host_pins, sshd
-from localcluster.processes import free_port
-from tests.support.prerequisites import skip_unless_ci
-from tests.worker.test_sshd import _serve, make_secret
+from tests.support.ssh import loopback_sshd
 
 
 class FlakyDns:
@@ -76,36 +71,22 @@ def test_only_a_static_horovodrun_of_ours_is_pinned(
 
 
 def test_a_pinned_worker_is_reached_at_its_address_without_the_dns(tmp_path: Path) -> None:
-    if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
-        skip_unless_ci(
-            "openssh-server/openssh-client not installed (apt-get install openssh-server)"
+    with loopback_sshd(tmp_path) as server:
+        private = tmp_path / "client"
+        verify = sshd.install_keys(server.secret, private)
+        # .invalid never resolves (RFC 2606): only the pin can lead there.
+        config = sshd.install_client_config(
+            private, server.port, server.home, verify, {"w-0.pinned.invalid": "127.0.0.1"}
         )
-    secret = make_secret(tmp_path / "secret", host_key=True)
-    port = free_port()
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "HOME": str(home)}
-    server = _serve(secret, tmp_path / "server", port, env)
-    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
-    private = tmp_path / "client"
-    verify = sshd.install_keys(secret, private)
-    # .invalid never resolves (RFC 2606): only the pin can lead there.
-    config = sshd.install_client_config(
-        private, port, home, verify, {"w-0.pinned.invalid": "127.0.0.1"}
-    )
 
-    def ssh(host: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["ssh", "-F", str(config), f"{user}@{host}", "echo reached"],
-            env=env, capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+        def ssh(host: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["ssh", "-F", str(config), f"{server.user}@{host}", "echo reached"],
+                env=server.env, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
 
-    try:
         pinned = ssh("w-0.pinned.invalid")
         assert pinned.returncode == 0 and pinned.stdout.strip() == "reached", pinned.stderr
         unpinned = ssh("w-1.pinned.invalid")
         assert unpinned.returncode != 0
         assert "Could not resolve hostname" in unpinned.stderr, unpinned.stderr
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=10)

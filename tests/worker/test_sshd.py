@@ -24,29 +24,9 @@ from horovod_worker.sshd import (
     render_ssh_config,
     render_sshd_config,
 )
-from localcluster.poll import wait_for
 from localcluster.processes import free_port
 from tests.support.prerequisites import skip_unless_ci
-
-
-def make_secret(directory: Path, host_key: bool = False) -> Path:
-    """A directory shaped like the mounted <job>-ssh Secret (readable files); with
-    `host_key`, also the job's host key and its known_hosts line."""
-    if shutil.which("ssh-keygen") is None:
-        skip_unless_ci("ssh-keygen not installed (apt-get install openssh-client)")
-    directory.mkdir(parents=True, exist_ok=True)
-    key = directory / contract.SSH_PRIVATE_KEY
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    shutil.copy(directory / contract.SSH_PUBLIC_KEY, directory / contract.SSH_AUTHORIZED_KEYS)
-    if host_key:
-        host = directory / contract.SSH_HOST_KEY
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host)], check=True)
-        public = host.with_name(host.name + ".pub")
-        (directory / contract.SSH_KNOWN_HOSTS).write_text(f"* {public.read_text()}")
-        public.unlink()
-    for path in directory.iterdir():
-        path.chmod(0o444)
-    return directory
+from tests.support.ssh import loopback_sshd, make_secret
 
 
 def test_sshd_config_is_key_only_on_the_contract_port(tmp_path: Path) -> None:
@@ -157,20 +137,11 @@ def test_strict_modes_rejects_world_writable_parents(tmp_path: Path) -> None:
 
 
 def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path: Path) -> None:
-    if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
-        skip_unless_ci(
-            "openssh-server/openssh-client not installed (apt-get install openssh-server)"
-        )
-    secret = make_secret(tmp_path / "secret")
-    private = tmp_path / "private"
-    port = free_port()
-    env = {**os.environ, "HOME": str(tmp_path / "home"), "HVJOB_PROBE": "from-the-pod"}
-    (tmp_path / "home").mkdir()
-    server = _serve(secret, private, port, env)
-    try:
-        user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+    # An old Secret (no host key): the client config skips host-key checks.
+    with loopback_sshd(tmp_path, host_key=False, HVJOB_PROBE="from-the-pod") as server:
+        config = server.private / "ssh_config"
         out = subprocess.run(
-            ["ssh", "-F", str(private / "ssh_config"), f"{user}@127.0.0.1", "echo $HVJOB_PROBE"],
+            ["ssh", "-F", str(config), f"{server.user}@127.0.0.1", "echo $HVJOB_PROBE"],
             capture_output=True,
             text=True,
             timeout=30,
@@ -178,11 +149,7 @@ def test_real_sshd_accepts_the_job_key_and_passes_the_pod_environment(tmp_path: 
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "from-the-pod"
         # The client config also landed in ~/.ssh/config (the launcher's plain ssh).
-        # An old Secret (no host key): the client config skips host-key checks.
-        assert "StrictHostKeyChecking no" in (tmp_path / "home" / ".ssh" / "config").read_text()
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=10)
+        assert "StrictHostKeyChecking no" in (server.home / ".ssh" / "config").read_text()
 
 
 def test_client_only_prepares_the_launcher_and_runs_its_command(tmp_path: Path) -> None:
@@ -252,95 +219,56 @@ def test_our_horovodrun_runs_in_the_client_set_up_interpreter(
     assert execs == [["horovodrun", "-np", "2"]] and len(ran) == 1
 
 
-def _serve(secret: Path, private: Path, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "horovod_worker.sshd",
-            f"--keys-dir={secret}",
-            f"--dir={private}",
-            f"--port={port}",
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-    def listening() -> bool:
-        assert server.poll() is None, server.communicate()[0]
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
-    wait_for(listening, 20, 0.1, f"sshd listening on {port}")
-    return server
-
-
 def test_the_launcher_accepts_only_the_job_host_key_whatever_horovodrun_asks(
     tmp_path: Path,
 ) -> None:
-    if not os.path.exists("/usr/sbin/sshd") or shutil.which("ssh") is None:
-        skip_unless_ci(
-            "openssh-server/openssh-client not installed (apt-get install openssh-server)"
-        )
-    secret = make_secret(tmp_path / "secret", host_key=True)
     other_job = make_secret(tmp_path / "other", host_key=True)
-    port = free_port()
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {**os.environ, "HOME": str(home)}
-    server = _serve(secret, tmp_path / "server", port, env)
-    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
-    # What horovodrun runs (horovod/runner/util/remote.py), through the client set-up.
-    horovodrun_ssh = [
-        "ssh",
-        "-o",
-        "PasswordAuthentication=no",
-        "-o",
-        "StrictHostKeyChecking=no",
-        "-p",
-        str(port),
-        f"{user}@127.0.0.1",
-        "echo reached",
-    ]
+    with loopback_sshd(tmp_path) as server:
+        # What horovodrun runs (horovod/runner/util/remote.py), through the client set-up.
+        horovodrun_ssh = [
+            "ssh",
+            "-o",
+            "PasswordAuthentication=no",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-p",
+            str(server.port),
+            f"{server.user}@127.0.0.1",
+            "echo reached",
+        ]
 
-    def launch(keys: Path, private: Path) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "horovod_worker.sshd",
-                "--client-only",
-                f"--keys-dir={keys}",
-                f"--dir={private}",
-                f"--port={port}",
-                "--",
-                *horovodrun_ssh,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        def launch(keys: Path, private: Path) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "horovod_worker.sshd",
+                    "--client-only",
+                    f"--keys-dir={keys}",
+                    f"--dir={private}",
+                    f"--port={server.port}",
+                    "--",
+                    *horovodrun_ssh,
+                ],
+                env=server.env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
 
-    try:
-        good = launch(secret, tmp_path / "client")
+        good = launch(server.secret, tmp_path / "client")
         assert good.returncode == 0, good.stderr
         assert good.stdout.strip().endswith("reached")
         assert "verifies the job's host key" in good.stdout
         # A client holding another job's known_hosts (but an authorized key) refuses.
         mixed = tmp_path / "mixed"
-        shutil.copytree(secret, mixed)
+        shutil.copytree(server.secret, mixed)
         for path in mixed.iterdir():
             path.chmod(0o644)
         shutil.copy(other_job / contract.SSH_KNOWN_HOSTS, mixed / contract.SSH_KNOWN_HOSTS)
         bad = launch(mixed, tmp_path / "client-mixed")
         assert bad.returncode != 0
         assert "Host key verification failed" in bad.stderr, bad.stderr
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=10)
 
 
 def _wait_listening(port: int, seconds: float) -> subprocess.CompletedProcess[str]:
