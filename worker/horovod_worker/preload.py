@@ -528,62 +528,6 @@ def wait_for_port(port: int, limit: float = SSHD_WAIT_S) -> bool:
     return False
 
 
-# The lowest CPU priority (nice) and Linux's idle I/O class, for the imports' thread.
-BACKGROUND_NICE: Final = 19
-_IOPRIO_SET: Final = {"x86_64": 251, "aarch64": 30}  # the syscall's number
-_IOPRIO_WHO_PROCESS, _IOPRIO_CLASS_IDLE, _IOPRIO_CLASS_SHIFT = 1, 3, 13
-
-
-def lower_this_thread() -> None:
-    """This thread (only) to the lowest CPU and I/O priority; best effort."""
-    import threading
-
-    tid = threading.get_native_id()
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, tid, BACKGROUND_NICE)
-    number = _IOPRIO_SET.get(os.uname().machine)
-    if number is not None:
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.syscall(
-                number, _IOPRIO_WHO_PROCESS, tid, _IOPRIO_CLASS_IDLE << _IOPRIO_CLASS_SHIFT
-            )
-
-
-def import_in_the_background(modules: Sequence[str]) -> tuple[str, BaseException] | None:
-    """Import `modules` in a thread at the lowest priority; the first that failed.
-
-    The imports are a head start, never the pod's critical path: on a busy node its
-    readiness probe, sshd and mpirun's orted must come first (in a CI run two
-    preloaders importing torch from a cold page cache starved the probe, Ready 30 s
-    later, and most likely an orted's ssh once). A thread, because Linux keeps a nice value per
-    thread: the ranks, forked later from the main thread, keep the pod's priority,
-    which an unprivileged process could not raise again once lowered. A module that
-    must be imported in the main thread (signal.signal at import) fails here, and the
-    ranks then start as usual.
-    """
-    import importlib
-    import threading
-
-    failed: list[tuple[str, BaseException]] = []
-
-    def run() -> None:
-        lower_this_thread()
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except BaseException as exc:  # reported by the caller
-                failed.append((name, exc))
-                return
-
-    thread = threading.Thread(target=run, name="preload-imports", daemon=True)
-    thread.start()
-    thread.join()
-    return failed[0] if failed else None
-
-
 def serve(modules: Sequence[str], path: Path, after_port: int | None = None) -> int:
     """Bind, import, then fork ranks until killed. Ranks that ask while the imports
     run wait in the socket's backlog; if an import fails they get an exec'd
@@ -605,18 +549,20 @@ def serve(modules: Sequence[str], path: Path, after_port: int | None = None) -> 
             flush=True,
         )
         return 1
+    import importlib
     import time
 
     if after_port is not None:
         wait_for_port(after_port)
     started = time.monotonic()
-    failed = import_in_the_background(modules)
-    if failed is not None:  # any import error: ranks start as usual
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    except Exception as exc:  # any import error: ranks start as usual
         listener.close()
         path.unlink(missing_ok=True)
-        module, error = failed
         print(
-            f"horovod_worker.preload: importing {module} failed ({error!r}); ranks start as usual",
+            f"horovod_worker.preload: importing {name} failed ({exc!r}); ranks start as usual",
             file=sys.stderr,
             flush=True,
         )
