@@ -1,5 +1,5 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-full bench-quick bench-realpods bench-realpods-kind
+.PHONY: images record-gpu-images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-full bench-quick bench-realpods bench-realpods-kind
 
 
 demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
@@ -26,6 +26,10 @@ images:  ## the operator image and the four worker images (docs/images.md); star
 	hack/images.sh engine
 	hack/images.sh operator
 	hack/images.sh worker
+
+record-gpu-images:  ## build the two GPU worker images, run their tests, record the answers for machines that do not build them (localcluster/image_record.py)
+	HVK_GPU_IMAGES=record .venv/bin/pytest -p no:cacheprovider -ra tests/worker/images
+	.venv/bin/python -m localcluster.image_record check
 
 kind-e2e:  ## tests/e2e/kind/run.sh on kind with a node image built here (no registry; docs/dev/kind-node-image.md)
 	SKIP_WORKER=1 hack/bootstrap.sh

@@ -13,7 +13,10 @@ on a user-defined network, training the digits example to accuracy >= 0.9 with
 identical parameters on every rank.
 
 No GPU is needed: the GPU images are built and inspected, not run on a GPU
-(hack/gpu-check.sh proves NCCL on a GPU machine).
+(hack/gpu-check.sh proves NCCL on a GPU machine). Every question to an image goes
+through its probe (probe.py), so that a machine without a GPU image can run these
+tests on the answers a real build of the same inputs gave (conftest.py,
+localcluster/image_record.py).
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import base64
 import fnmatch
 import json
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -40,9 +42,7 @@ from horovod_operator.api import HorovodJob, parse_job
 from horovod_operator.sshkeys import generate_key_pair
 from horovod_worker.common import parse_result
 from localcluster.paths import REPO
-from tests.support.docker import remove, run_in_image
-from tests.support.elf import fatbin_entries, section
-from tests.support.prerequisites import skip_unless_ci
+from tests.support.docker import remove
 from tests.worker.images.conftest import WorkerImage
 
 CPU_TARGETS = ("torch-cpu", "tf-cpu")
@@ -79,9 +79,9 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
 WorkerImages = Callable[[str], WorkerImage]
 
 
-def check_build(docker: str, image: WorkerImage) -> dict[str, bool]:
+def check_build(image: WorkerImage) -> dict[str, bool]:
     """`horovodrun --check-build` in the image: feature -> built (ticked)."""
-    done = run_in_image(docker, image.name, "horovodrun", "--check-build", timeout=300)
+    done = image.probe.run("horovodrun", "--check-build", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     ticks = re.findall(r"^\s*\[( |X)\] (.+?)\s*$", done.stdout, re.M)
     assert ticks, done.stdout
@@ -107,10 +107,10 @@ def test_image_runs_as_uid_1000_with_its_labels(worker_image: WorkerImages, targ
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.timeout(3600)
 def test_check_build_lists_the_framework_gloo_mpi_and_nccl_on_gpu(
-    docker: str, worker_image: WorkerImages, target: str
+    worker_image: WorkerImages, target: str
 ) -> None:
     image = worker_image(target)
-    built = check_build(docker, image)
+    built = check_build(image)
     assert built[FEATURES[image.framework]], built
     assert built["Gloo"] and built["MPI"], built
     assert built["NCCL"] is image.gpu, built
@@ -118,36 +118,34 @@ def test_check_build_lists_the_framework_gloo_mpi_and_nccl_on_gpu(
     # and Horovod 0.28.1's horovod.torch imports without its extension (it prints
     # a warning): tf-cpu shows [X] PyTorch. The extensions themselves, then: only
     # the image's framework's.
-    listing = run_in_image(docker, image.name, "sh", "-c", f"cd {SITE} && ls horovod/*/mpi_lib*.so")
+    listing = image.probe.run("sh", "-c", f"cd {SITE} && ls horovod/*/mpi_lib*.so")
     extensions = listing.stdout.split()
     assert len(extensions) == 1, listing.stdout + listing.stderr
     assert fnmatch.fnmatch(extensions[0], EXTENSIONS[image.framework]), extensions
     # And it loads, after its framework (as a trainer imports them).
-    nccl = nccl_built(docker, image)
+    nccl = nccl_built(image)
     assert (nccl > 0) is image.gpu, nccl
 
 
-def nccl_built(docker: str, image: WorkerImage) -> int:
+def nccl_built(image: WorkerImage) -> int:
     """Load Horovod's extension after its framework; hvd.nccl_built(): the NCCL
     version it was compiled against (2.29.7 -> 22907), 0 without NCCL."""
     load = LOADS[image.framework] + "; print(int(hvd.nccl_built()))"
-    loaded = run_in_image(docker, image.name, "python", "-c", load)
+    loaded = image.probe.run("python", "-c", load)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     return int(loaded.stdout.split()[-1])
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.timeout(3600)
-def test_runtime_image_has_no_compiler(
-    docker: str, worker_image: WorkerImages, target: str
-) -> None:
+def test_runtime_image_has_no_compiler(worker_image: WorkerImages, target: str) -> None:
     image = worker_image(target)
     script = (
         f"for tool in {' '.join(COMPILERS)}; do command -v $tool; done; "
         "find / -xdev \\( -name nvcc -o -name cicc -o -name 'cudafe++' -o -name 'cc1*' \\) -print; "
         "echo ---; dpkg-query -W -f '${Package}\\n'"
     )
-    done = run_in_image(docker, image.name, "sh", "-c", script, options=("--user=0",))
+    done = image.probe.run("sh", "-c", script, options=("--user=0",))
     found, _, packages = done.stdout.partition("---\n")
     assert found.strip() == "", f"compilers in {image.name}:\n{found}"
     installed = packages.split()
@@ -163,26 +161,6 @@ def test_image_size_is_within_its_budget(worker_image: WorkerImages, target: str
     assert image.size <= SIZE_BUDGET_GB[target] * 1e9
 
 
-def copied_out(docker: str, image: WorkerImage, path: str, into: Path) -> Path:
-    """The file at `path` in `image`, copied here (into the folder `into`)."""
-    container = f"hvk-inspect-{uuid.uuid4().hex[:8]}"
-    subprocess.run([docker, "create", "--name", container, image.name], check=True, text=True)
-    try:
-        copy = into / Path(path).name
-        subprocess.run([docker, "cp", f"{container}:{path}", str(copy)], check=True)
-    finally:
-        remove(docker, container)
-    return copy
-
-
-def readelf_path() -> str:
-    readelf = shutil.which("readelf")
-    if readelf is None:
-        skip_unless_ci("readelf (binutils) is not installed here")
-    assert readelf is not None
-    return readelf
-
-
 def ldd_resolutions(output: str) -> dict[str, str]:
     """`ldd` lines `name => path (address)` as name -> path ("not found" kept)."""
     resolved: dict[str, str] = {}
@@ -196,7 +174,7 @@ def ldd_resolutions(output: str) -> dict[str, str]:
 @pytest.mark.parametrize("target", GPU_TARGETS)
 @pytest.mark.timeout(3600)
 def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
-    docker: str, worker_image: WorkerImages, target: str, tmp_path: Path
+    worker_image: WorkerImages, target: str
 ) -> None:
     image = worker_image(target)
     major = CUDA_MAJOR[image.framework]
@@ -206,7 +184,7 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
         "find / -xdev \\( -name 'libnccl.so*' -o -name 'libcudart.so*' -o -name 'libnccl_static*' "
         "-o -name 'libcudart_static*' \\) -print | sort"
     )
-    done = run_in_image(docker, image.name, "sh", "-c", script, options=("--user=0",))
+    done = image.probe.run("sh", "-c", script, options=("--user=0",))
     assert done.returncode == 0, done.stdout + done.stderr
     extension, ldd, libraries = (part.strip() for part in done.stdout.split("---\n"))
     resolved = ldd_resolutions(ldd)
@@ -232,7 +210,7 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
     assert all(path.startswith(f"{SITE}/") for path in cuda_libs.values()), cuda_libs
 
     # One CUDA major in the image: the framework's wheels, none of the other major.
-    listed = run_in_image(docker, image.name, "pip", "list", "--format=json")
+    listed = image.probe.run("pip", "list", "--format=json")
     nvidia = {
         d["name"]: d["version"]
         for d in json.loads(listed.stdout)
@@ -249,14 +227,10 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
     nccl_major, nccl_minor, nccl_patch = (
         int(n) for n in nvidia[f"nvidia-nccl-cu{major}"].split(".")[:3]
     )
-    assert nccl_built(docker, image) == nccl_major * 10000 + nccl_minor * 100 + nccl_patch
+    assert nccl_built(image) == nccl_major * 10000 + nccl_minor * 100 + nccl_patch
 
     # The extension itself, read here: what it needs, and its CUDA kernels.
-    copy = copied_out(docker, image, extension, tmp_path)
-    readelf = readelf_path()
-    dynamic = subprocess.run(
-        [readelf, "-d", str(copy)], capture_output=True, text=True, check=True
-    ).stdout
+    dynamic = image.probe.readelf(extension, "-d")
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic)
     assert "libnccl.so.2" in needed, dynamic
     # The run path names the wheels' own folders, and none that anyone could make
@@ -266,13 +240,11 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
     entries = runpath.group(1).split(":")
     assert f"{SITE}/nvidia/nccl/lib" in entries, entries
     assert [e for e in entries if e.startswith(("/tmp", "/var/tmp", "/dev/shm"))] == []
-    sections = subprocess.run(
-        [readelf, "-S", "-W", str(copy)], capture_output=True, text=True, check=True
-    ).stdout
+    sections = image.probe.readelf(extension, "-S", "-W")
     assert re.search(r"\]\s+\.nv_fatbin\s", sections), sections
-    fatbin = section(copy, ".nv_fatbin")
+    fatbin = image.probe.fatbin(extension)
     assert fatbin is not None
-    entries = set(fatbin_entries(fatbin))
+    entries = {(str(kind), int(arch)) for kind, arch in fatbin}
     print(f"NEEDED {needed}\nfat binary entries {sorted(entries)}")
     cubins = {arch for kind, arch in entries if kind == "elf"}
     ptx = {arch for kind, arch in entries if kind == "ptx"}
@@ -283,7 +255,7 @@ def test_gpu_image_links_its_one_nccl_and_cuda_runtime_with_kernels(
 @pytest.mark.parametrize("target", CPU_TARGETS)
 @pytest.mark.timeout(3600)
 def test_cpu_image_run_paths_name_only_the_images_own_folders(
-    docker: str, worker_image: WorkerImages, target: str, tmp_path: Path
+    worker_image: WorkerImages, target: str
 ) -> None:
     """A CPU image may hold the host's Horovod wheel (hack/images.sh stages it,
     install-worker.sh --prebuilt installs it): its run path must not keep a folder
@@ -291,12 +263,9 @@ def test_cpu_image_run_paths_name_only_the_images_own_folders(
     could create (a volume at that path) and fill with libraries of their own."""
     image = worker_image(target)
     extension = f"{SITE}/{EXTENSIONS[image.framework]}"
-    listed = run_in_image(docker, image.name, "sh", "-c", f"ls {extension}")
+    listed = image.probe.run("sh", "-c", f"ls {extension}")
     assert listed.returncode == 0, listed.stdout + listed.stderr
-    copy = copied_out(docker, image, listed.stdout.strip(), tmp_path)
-    dynamic = subprocess.run(
-        [readelf_path(), "-d", str(copy)], capture_output=True, text=True, check=True
-    ).stdout
+    dynamic = image.probe.readelf(listed.stdout.strip(), "-d")
     runpath = re.search(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*?)\]", dynamic)
     entries = runpath.group(1).split(":") if runpath else []
     print(f"{target}: run path {entries}")
