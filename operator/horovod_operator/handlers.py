@@ -133,6 +133,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     def trigger(key: Key) -> None:
         reconciler.trigger(key)
 
+    def hurry(key: Key) -> None:
+        reconciler.hurry(key)
+
     def active() -> bool:
         return reconciler.active
 
@@ -144,7 +147,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             health.ready = True
 
     watched = memo.watches = watches.Watches(
-        connection, kinds, config.namespaces, on_change=trigger, on_synced=synced
+        connection, kinds, config.namespaces, on_change=trigger, on_synced=synced, on_urgent=hurry
     )
     # Why pods are slow to start: a namespace's Warning Events at a time, on the
     # diagnostics budget, beside the reconciles (pod_warnings.py).

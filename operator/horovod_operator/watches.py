@@ -61,6 +61,8 @@ class Kind:
     plural: str
     view: Callable[[Mapping[str, Any]], Obj]
     selector: str | None = names.MANAGED_SELECTOR  # None: every object (HorovodJobs)
+    # The objects whose changes the job's status shows at once (Watches' on_urgent).
+    urgent: Callable[[Mapping[str, Any]], bool] | None = None
 
     @classmethod
     def of(
@@ -68,8 +70,9 @@ class Kind:
         api_kind: kinds.ApiKind,
         view: Callable[[Mapping[str, Any]], Obj],
         selector: str | None = names.MANAGED_SELECTOR,
+        urgent: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> Kind:
-        return cls(api_kind.kind, api_kind.api_version, api_kind.plural, view, selector)
+        return cls(api_kind.kind, api_kind.api_version, api_kind.plural, view, selector, urgent)
 
     def path(self, namespace: str) -> str:
         return kinds.ApiKind(self.kind, self.api_version, self.plural).collection(namespace)
@@ -84,9 +87,16 @@ class Kind:
         return (namespace, str(job)) if job else None
 
 
+def is_launcher(obj: Mapping[str, Any]) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(names.LABEL_ROLE) == names.ROLE_LAUNCHER)
+
+
 JOBS: Final = Kind.of(kinds.HOROVOD_JOB, views.whole, None)
-PODS: Final = Kind.of(kinds.POD, views.slim_pod)
-LAUNCHERS: Final = Kind.of(kinds.LAUNCHER_JOB, views.whole)
+# The launcher's pod and Job decide the job's phase (Running, Succeeded, Failed): their
+# changes skip the reconciler's batch window, which folds the workers' many events.
+PODS: Final = Kind.of(kinds.POD, views.slim_pod, urgent=is_launcher)
+LAUNCHERS: Final = Kind.of(kinds.LAUNCHER_JOB, views.whole, urgent=lambda obj: True)
 CONFIG_MAPS: Final = Kind.of(kinds.CONFIG_MAP, views.slim_config_map)
 SERVICES: Final = Kind.of(kinds.SERVICE, views.slim_owned)
 WORKLOADS: Final = Kind.of(kinds.WORKLOAD, views.slim_workload)
@@ -148,6 +158,7 @@ class Watches:
         namespaces: Collection[str],
         on_change: Callable[[Key], None],
         on_synced: Callable[[], None],
+        on_urgent: Callable[[Key], None] | None = None,
     ) -> None:
         self.connection = connection
         self.kinds = tuple(kinds)
@@ -155,6 +166,7 @@ class Watches:
         self.stores = {kind.kind: Store() for kind in self.kinds}
         self._on_change = on_change
         self._on_synced = on_synced
+        self._on_urgent = on_urgent
         self._unsynced = {(k.kind, ns) for k in self.kinds for ns in self.namespaces}
         self._session: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -302,6 +314,9 @@ class Watches:
                     changed = self._put(kind, uid, obj)
                 for key in changed:
                     self._on_change(key)
+                if self._on_urgent is not None and kind.urgent is not None and kind.urgent(obj):
+                    for key in changed:
+                        self._on_urgent(key)
         return version
 
     def _put(self, kind: Kind, uid: str, obj: Obj) -> set[Key]:

@@ -414,6 +414,56 @@ def test_a_job_is_reconciled_at_once_then_at_most_once_per_window() -> None:
     asyncio.run(run())
 
 
+def test_a_hurried_job_skips_the_window_and_the_workers_events_still_fold() -> None:
+    """The launcher's changes (Watches' on_urgent) end a window being waited out, and
+    one that comes while a pass runs makes the next pass start at once; events
+    without it still wait for the window."""
+    kube = FakeKube()
+    loop = reconciler(kube)
+    loop.batch_window = 2.0
+    passes: list[float] = []
+    reconcile = loop.reconcile
+
+    async def counted(key: tuple[str, str]) -> float | None:
+        passes.append(asyncio.get_running_loop().time())
+        return await reconcile(key)
+
+    loop.reconcile = counted  # type: ignore[method-assign]
+
+    async def run() -> None:
+        clock = asyncio.get_running_loop().time
+        loop.trigger(KEY)
+        await wait_for(lambda: passes or None, 5, "no first pass")
+        await wait_for(lambda: not loop._started or None, 5, "the first pass did not end")
+        for _ in range(3):  # the workers' events: they wait for the window
+            loop.trigger(KEY)
+            await asyncio.sleep(0.05)
+        assert len(passes) == 1
+        hurried = clock()
+        loop.trigger(KEY)
+        loop.hurry(KEY)  # the launcher's pod: the window's wait ends now
+        await wait_for(lambda: len(passes) >= 2 or None, 5, "no hurried pass")
+        assert passes[1] - hurried < 0.5 < 2.0
+        await wait_for(lambda: not loop._started or None, 5, "the second pass did not end")
+        # Urgent before any wait (no task waiting): the next pass starts at once too.
+        loop.hurry(KEY)
+        loop.trigger(KEY)
+        await wait_for(lambda: len(passes) >= 3 or None, 5, "no third pass")
+        assert passes[2] - passes[1] < 1.0
+        await asyncio.sleep(0.1)
+        assert len(passes) == 3
+        await loop.shutdown()
+
+    asyncio.run(run())
+
+
+def test_a_standby_ignores_hurry() -> None:
+    loop = reconciler(FakeKube())
+    loop.active = False
+    loop.hurry(KEY)
+    assert loop._urgent == set()
+
+
 def test_a_delete_that_failed_is_sent_again_at_the_next_reconcile() -> None:
     """A DELETE that fails (a 500, a timeout) is not "in flight": the reconcile fails
     and its retry sends it again, instead of waiting out the 30 s a pending delete

@@ -138,3 +138,63 @@ def test_an_api_server_that_refuses_is_retried(
         await watching.close()
 
     asyncio.run(run())
+
+
+def pod(name: str, job: str, role: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": {**MANAGED, "horovod.ai/job-name": job, "horovod.ai/role": role},
+            },
+            "spec": {
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "c", "image": "never-pulled"}],
+                # Never scheduled: no node is called this, and the pods stay Pending.
+                "nodeSelector": {"horovod.ai/test": "nowhere"},
+            },
+        }
+    )
+
+
+def test_a_launcher_pods_changes_are_urgent_and_a_workers_are_not(
+    cluster: KubeCluster, namespace: str
+) -> None:
+    """Watches' on_urgent (the reconciler's hurry, which skips its batch window) hears
+    of the launcher's pod, created or changed, and never of a worker's."""
+    urgent: list[Key] = []
+    changes: list[Key] = []
+
+    async def run() -> None:
+        synced = asyncio.Event()
+        watching = watches.Watches(
+            load_connection(str(cluster.kubeconfig)),
+            [watches.PODS],
+            [namespace],
+            on_change=changes.append,
+            on_synced=synced.set,
+            on_urgent=urgent.append,
+        )
+        watching.start()
+        try:
+            await asyncio.wait_for(synced.wait(), 30)
+            store = watching.stores["Pod"]
+            await asyncio.to_thread(apply, cluster, namespace, pod("w-worker-0", "w", "worker"))
+            await wait_for(lambda: (namespace, "w") in store, 20, "the worker pod never seen")
+            await asyncio.to_thread(apply, cluster, namespace, pod("l-launcher", "l", "launcher"))
+            await wait_for(lambda: (namespace, "l") in urgent, 20, "the launcher pod not urgent")
+            await asyncio.to_thread(
+                cluster.kubectl, "label", "pod", "-n", namespace, "w-worker-0", "x=1"
+            )
+            await asyncio.to_thread(
+                cluster.kubectl, "label", "pod", "-n", namespace, "l-launcher", "x=1"
+            )
+            await wait_for(lambda: urgent.count((namespace, "l")) >= 2, 20, "no second event")
+            assert (namespace, "w") in changes
+            assert (namespace, "w") not in urgent
+        finally:
+            await watching.close()
+
+    asyncio.run(run())
