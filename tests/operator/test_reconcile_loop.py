@@ -383,10 +383,8 @@ def loop_indexes(jobs: Index | None = None) -> Indexes:
     return Indexes({"HorovodJob": jobs if jobs is not None else {KEY: [JOB]}})
 
 
-def test_a_job_is_reconciled_at_once_then_at_most_once_per_window() -> None:
-    kube = FakeKube()
-    loop = reconciler(kube)
-    loop.batch_window = 0.5
+def timed_passes(loop: Reconciler) -> list[float]:
+    """When each reconcile of `loop` starts (the event loop's clock), as it runs."""
     passes: list[float] = []
     reconcile = loop.reconcile
 
@@ -395,6 +393,14 @@ def test_a_job_is_reconciled_at_once_then_at_most_once_per_window() -> None:
         return await reconcile(key)
 
     loop.reconcile = counted  # type: ignore[method-assign]
+    return passes
+
+
+def test_a_job_is_reconciled_at_once_then_at_most_once_per_window() -> None:
+    kube = FakeKube()
+    loop = reconciler(kube)
+    loop.batch_window = 0.5
+    passes = timed_passes(loop)
 
     async def run() -> None:
         start = asyncio.get_running_loop().time()
@@ -421,14 +427,7 @@ def test_a_hurried_job_skips_the_window_and_the_workers_events_still_fold() -> N
     kube = FakeKube()
     loop = reconciler(kube)
     loop.batch_window = 2.0
-    passes: list[float] = []
-    reconcile = loop.reconcile
-
-    async def counted(key: tuple[str, str]) -> float | None:
-        passes.append(asyncio.get_running_loop().time())
-        return await reconcile(key)
-
-    loop.reconcile = counted  # type: ignore[method-assign]
+    passes = timed_passes(loop)
 
     async def run() -> None:
         clock = asyncio.get_running_loop().time
