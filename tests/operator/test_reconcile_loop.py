@@ -19,7 +19,7 @@ from horovod_operator import executor, sshkeys
 from horovod_operator.kube_errors import KubeError
 from horovod_operator.memory import Index, Indexes, JobMemory
 from horovod_operator.plan import Delete
-from horovod_operator.reconciler import TRIGGER_CHUNK, Reconciler, retry_delay
+from horovod_operator.reconciler import MAX_WINDOW, TRIGGER_CHUNK, Reconciler, retry_delay
 from horovod_operator.sshkeys import generate_key_pair
 from horovod_operator.status_writing import StaleView
 from tests.support.aio import wait_for
@@ -454,6 +454,26 @@ def test_a_hurried_job_skips_the_window_and_the_workers_events_still_fold() -> N
         await loop.shutdown()
 
     asyncio.run(run())
+
+
+def test_the_window_grows_with_the_jobs_pods_up_to_its_cap() -> None:
+    loop = reconciler(FakeKube())
+    loop.batch_window = 0.05
+
+    def window(pods: int) -> float:
+        watched = loop.executor.indexes.by_kind
+        loop.executor.indexes = Indexes({**watched, "Pod": {KEY: [{}] * pods}})
+        return loop.window(KEY)
+
+    assert window(0) == window(8) == window(64) == 0.05
+    assert window(128) == pytest.approx(0.1)
+    assert window(512) == pytest.approx(0.4)
+    assert window(2048) == MAX_WINDOW
+    assert loop.window(("ns", "other")) == 0.05  # a job with no pods seen
+    loop.batch_window = 0
+    assert window(2048) == 0  # no window (the tests' loops): none at any size
+    loop.batch_window = 2.0
+    assert window(8) == window(2048) == 2.0  # a configured window above the cap stays
 
 
 def test_a_standby_ignores_hurry() -> None:
