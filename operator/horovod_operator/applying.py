@@ -140,7 +140,7 @@ class Applier:
                     memory.deleting[name] = now
                 try:
                     await self.kube.delete_collection(
-                        "Pod", key[0], sweep.label_selector, sweep.field_selector
+                        "Pod", key[0], sweep.label_selector, sweep.field_selector, want_names=False
                     )
                     continue
                 except KubeError as error:

@@ -10,6 +10,7 @@ running job ignores). `kubectl wait --for=condition=Stalled` works on them.
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
@@ -112,7 +113,11 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_time(value: str) -> datetime:
+    """An API timestamp (seconds, UTC). Cached: every reconcile reads its pods' stamps
+    again, and strptime was 6 % of the operator's CPU at 512 workers (py-spy,
+    2026-12-07); the stamps are whole seconds, so few are distinct."""
     return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 

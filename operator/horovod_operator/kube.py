@@ -138,13 +138,14 @@ class Kube:
         content_type: str = "application/json",
         counted_as: str | None = None,
         limiter: RateLimiter | None = None,
+        decode: bool = True,
     ) -> Obj:
         await (limiter or self._limiter).acquire()
         self.on_request(counted_as or verb, kind)
         status, reason, raw = await self._send(verb, path, body, query, content_type)
         if not 200 <= status < 300:
             raise transport.refusal(status, reason, raw)
-        data: Obj = from_json(raw) if raw else {}
+        data: Obj = from_json(raw) if raw and decode else {}
         return data
 
     async def pod_log(
@@ -271,9 +272,12 @@ class Kube:
         label_selector: str,
         field_selector: str = "",
         api_version: str = "",
+        want_names: bool = True,
     ) -> list[str]:
         """Delete every `kind` (of `api_version` where two groups share the kind) in
-        `namespace` the selectors match, in one request; the names of those deleted.
+        `namespace` the selectors match, in one request; the names of those deleted
+        (none read when not `want_names`: the answer holds every deleted object whole,
+        and decoding 512 pods was 6 % of the operator's CPU in a 512-worker job).
         Needs RBAC's deletecollection verb."""
         query = {"labelSelector": label_selector}
         if field_selector:
@@ -281,7 +285,13 @@ class Kube:
         body: Obj = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         path = collection_path(kind, namespace, api_version)
         listed = await self._request(
-            "DELETE", kind, path, body=body, query=query, counted_as="DELETECOLLECTION"
+            "DELETE",
+            kind,
+            path,
+            body=body,
+            query=query,
+            counted_as="DELETECOLLECTION",
+            decode=want_names,
         )
         return [str((item.get("metadata") or {}).get("name")) for item in listed.get("items") or ()]
 
