@@ -456,24 +456,33 @@ def test_a_hurried_job_skips_the_window_and_the_workers_events_still_fold() -> N
     asyncio.run(run())
 
 
-def test_the_window_grows_with_the_jobs_pods_up_to_its_cap() -> None:
+def test_the_window_grows_with_the_pods_still_to_start_up_to_its_cap() -> None:
     loop = reconciler(FakeKube())
     loop.batch_window = 0.05
+    ready = {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    pending = {"status": {"phase": "Pending"}}
+    done = {"status": {"phase": "Succeeded"}}
 
-    def window(pods: int) -> float:
-        watched = loop.executor.indexes.by_kind
-        loop.executor.indexes = Indexes({**watched, "Pod": {KEY: [{}] * pods}})
+    def window(replicas: int, pods: list[dict[str, Any]]) -> float:
+        job = {**JOB, "spec": {**JOB["spec"], "worker": {"replicas": replicas}}}
+        loop.executor.indexes = Indexes({"HorovodJob": {KEY: [job]}, "Pod": {KEY: pods}})
         return loop.window(KEY)
 
-    assert window(0) == window(8) == window(64) == 0.05
-    assert window(128) == pytest.approx(0.1)
-    assert window(512) == pytest.approx(0.4)
-    assert window(2048) == MAX_WINDOW
-    assert loop.window(("ns", "other")) == 0.05  # a job with no pods seen
+    assert window(8, []) == window(63, [pending] * 63) == 0.05
+    # A 512-worker job: the pods not created yet count, as do those not Ready.
+    assert window(511, []) == pytest.approx(0.4)
+    assert window(511, [ready] * 384 + [pending] * 64) == pytest.approx(0.1)
+    # Nearly every worker Ready: a small job's window, for the pass that creates the
+    # launcher; and while the job runs (or has finished) the same.
+    assert window(511, [ready] * 500) == 0.05
+    assert window(511, [ready] * 512) == window(511, [done] * 512) == 0.05
+    assert window(4095, []) == MAX_WINDOW
+    assert loop.window(("ns", "other")) == 0.05  # a job not seen (yet, or any more)
+    assert window(511, [{}] * 64 + [{"status": None}]) == pytest.approx(0.4)  # thin views
     loop.batch_window = 0
-    assert window(2048) == 0  # no window (the tests' loops): none at any size
+    assert window(4095, []) == 0  # no window (the tests' loops): none at any size
     loop.batch_window = 2.0
-    assert window(8) == window(2048) == 2.0  # a configured window above the cap stays
+    assert window(8, []) == window(4095, []) == 2.0  # a window above the cap stays
 
 
 def test_a_standby_ignores_hurry() -> None:
