@@ -175,8 +175,13 @@ def test_a_killed_client_takes_its_rank_with_it(
             os.kill(rank_pid, 0)
         except ProcessLookupError:
             return True
-        # A zombie until the preloader reaps it.
-        return Path(f"/proc/{rank_pid}/stat").read_text().split(") ")[1][0] == "Z"
+        # A zombie until the preloader reaps it, which may happen between the two
+        # looks: then /proc's file is gone (ENOENT) or dies as it is read (ESRCH).
+        try:
+            stat = Path(f"/proc/{rank_pid}/stat").read_text()
+        except OSError:
+            return True
+        return stat.split(") ")[1][0] == "Z"
 
     wait_for(gone, 20, 0.1, "the rank to end with its client")
 
