@@ -12,10 +12,12 @@ tests, and a machine without the image runs the same tests on those answers.
 Why the record cannot claim what was not verified:
 
 - the key is a hash of every file the build reads (Dockerfile.worker, what its
-  stages COPY, the version pins, hack/images.sh that drives the build) and of the
-  tests that ask the questions (tests/worker/images, their support modules, this
-  file), and the version the images are tagged with. A change to any of them gives
-  another key, and the tests then build the image for real, as before;
+  stages COPY or bind-mount from the context, the version pins, hack/images.sh
+  that drives the build) and of the tests that ask the questions
+  (tests/worker/images, their support modules, this file), and the version the
+  images are tagged with (tests/tooling/test_image_record.py checks the list).
+  A change to any of them gives another key, and the tests then build the image
+  for real, as before;
 - it is written only by a session in which every test of the recorded images
   passed against the real image (tests/worker/images/conftest.py), by the same
   code that answers a live run;
@@ -47,6 +49,7 @@ INPUTS = (
     "Dockerfile.worker",
     ".dockerignore",
     "hack/images.sh",
+    "hack/install-frameworks.sh",
     "hack/install-worker.sh",
     "hack/patches",
     "hack/versions.env",

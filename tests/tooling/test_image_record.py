@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from localcluster import image_record
+from localcluster.paths import REPO
 from tests.worker.images.probe import NotRecorded, RecordedProbe, question
 
 
@@ -100,3 +102,24 @@ def test_a_question_the_record_does_not_hold_fails_and_names_the_fix() -> None:
         probe.run("false")
     with pytest.raises(NotRecorded):
         probe.run("true", options=("--user=0",))  # the options are part of the question
+
+
+def test_every_file_the_worker_dockerfile_reads_from_the_context_is_an_input() -> None:
+    """A file the build reads that the key leaves out would let a stale record stand
+    (hack/install-frameworks.sh, bind-mounted into the frameworks' stages, once was)."""
+    dockerfile = (REPO / "Dockerfile.worker").read_text()
+    copied = re.findall(r"^COPY (?!--from)(\S+)", dockerfile, re.M)
+    bound = []
+    for options in re.findall(r"--mount=type=bind,(\S+)", dockerfile):
+        fields = dict(field.split("=", 1) for field in options.split(","))
+        if "from" not in fields:  # another stage's files, not the context's
+            bound.append(fields["source"])
+    # The host's Horovod wheels: only the CPU images' build stages mount them.
+    cpu_only = {"hack/prebuilt-wheels"}
+    read = {path.rstrip("/") for path in copied + bound} - cpu_only
+    assert read, "no COPY or bind mount found: the pattern no longer matches the Dockerfile"
+
+    def covered(path: str) -> bool:
+        return any(path == i or path.startswith(i + "/") for i in image_record.INPUTS)
+
+    assert sorted(p for p in read if not covered(p)) == []
