@@ -510,7 +510,16 @@ class Bench(Harness):
         except Exception as error:
             # The traceback too: "KeyError: 'x'" alone names no line.
             log(f"scenario failed: {type(error).__name__}: {error}\n{traceback.format_exc()}")
-            return {"error": f"{type(error).__name__}: {error}"[:2000]}
+            return {"error": clip(f"{type(error).__name__}: {error}")}
+
+
+def clip(message: str, head: int = 300, tail: int = 1700) -> str:
+    """A long error's first line and its end: a process's exit carries its log's last
+    lines, and the cause is the last of them (CI once kept only the first 2,000
+    characters of Trainer's, and lost "address already in use")."""
+    if len(message) <= head + tail:
+        return message
+    return f"{message[:head]}\n[...]\n{message[-tail:]}"
 
 
 def meta(

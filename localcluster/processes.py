@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import random
 import signal
 import socket
 import ssl
@@ -12,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 15) -> None:
@@ -34,12 +36,19 @@ def log_tail(path: Path, lines: int = 60) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+# Where free_port looks: below Linux's ephemeral range (32768-60999 by default), so
+# no outgoing connection can take the port between the choice and the listener's
+# bind (CI's run of 9b0c53a lost Trainer's webhook port, a kernel-chosen 60611, that
+# way); below the NodePort range (30000-32767); above the clusters' fixed bases.
+FREE_PORTS: Final = range(20000, 30000)
+
+
 def free_port() -> int:
-    """A port nothing listens on now (the kernel's choice)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port nothing listens on now, from FREE_PORTS at random."""
+    for port in random.sample(FREE_PORTS, 200):
+        if port_free(port) and port_free(port, "0.0.0.0"):
+            return port
+    raise OSError(f"no free port among 200 tried in {FREE_PORTS}")
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:

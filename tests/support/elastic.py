@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -20,12 +19,7 @@ from pathlib import Path
 import horovod_contract as contract
 from horovod_worker.elastic_agent import PORT_ENV
 from localcluster.paths import REPO
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from localcluster.processes import free_port
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from bench import manifests, report
+from bench.run import clip
 from bench.stats import summarize
 from tests.support.prerequisites import require_module
 
@@ -103,3 +104,13 @@ def test_plots_are_written(tmp_path: Path) -> None:
     written = report.plots(RESULTS, tmp_path, prefix="t-")
     assert {p.name for p in written} == {"t-latency-vs-workers.png", "t-burst.png"}
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_a_scenario_error_keeps_the_end_where_a_process_log_names_the_cause() -> None:
+    log = "\n".join(f"info line {i}" for i in range(400))
+    error = f"TrainerError: trainer exited (1):\n{log}\nlisten tcp 127.0.0.1:60611: bind"
+    kept = clip(error)
+    assert kept.startswith("TrainerError: trainer exited (1):")
+    assert kept.endswith("listen tcp 127.0.0.1:60611: bind")
+    assert len(kept) < 2100
+    assert clip("short") == "short"

@@ -1,13 +1,15 @@
-"""localcluster.processes: the machine-wide lock on a fixed port."""
+"""localcluster.processes: the ports it picks and the machine-wide lock on a fixed one."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from localcluster.paths import REPO
-from localcluster.processes import free_port, port_held
+from localcluster.processes import FREE_PORTS, free_port, port_free, port_held
 
 HOLDER = """
 import sys, time
@@ -33,3 +35,18 @@ def test_a_second_holder_of_a_fixed_port_waits_for_the_first() -> None:
         assert first.wait(timeout=10) == 0
     assert first.stdout.read() == "released\n"
     assert waited > 0.5, waited
+
+
+def test_a_free_port_is_one_no_outgoing_connection_can_take() -> None:
+    # Outgoing connections take their local ports from the ephemeral range: a port
+    # from it could be taken between free_port's answer and the listener's bind.
+    low, _high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert FREE_PORTS.stop <= low
+    port = free_port()
+    assert port in FREE_PORTS
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        assert not port_free(port)
+        # Taken on the loopback: never the answer while it is.
+        assert port not in {free_port() for _ in range(300)}

@@ -21,7 +21,7 @@ import horovod_contract as contract
 from horovod_worker.elastic_agent import Agent, AgentPlan, plan_from_env, serve
 from horovod_worker.gloo_worker import PlanError
 from localcluster.poll import holds
-from tests.support.elastic import free_port
+from localcluster.processes import free_port
 
 
 def request(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:

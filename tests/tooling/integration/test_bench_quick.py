@@ -76,11 +76,11 @@ def test_bench_quick(tmp_path: Path) -> None:
     results = json.loads((out / "results-quick.json").read_text())
     for op in operators:
         single = results["single"]["2"][op]
-        assert "error" not in single, single
+        assert "error" not in single, single["error"]  # a str: pytest clips a dict
         assert single["pods"]["n"] == 1 and single["pods"]["median"] > 0
         assert single["status_propagation"]["n"] == 1
         burst = results["burst"][op]
-        assert "error" not in burst, burst
+        assert "error" not in burst, burst["error"]
         assert burst["all_pods"] > 0 and burst["all_running"] > 0
         # Every job reached Running, so each created its workers and launcher Job
         # once; ours also posted one Running Event (an undercount here once meant
@@ -99,15 +99,15 @@ def test_bench_quick(tmp_path: Path) -> None:
             refused = [k for k in per_job if k.startswith("create ") and k.endswith(")")]
             assert not refused, (op, per_job)
         idle = results["idle"][op]
-        assert "error" not in idle, idle
+        assert "error" not in idle, idle["error"]
         assert idle["rss_mb"] > 0
     for peer in peers:
         single = results["single"]["2"][peer]
-        assert "error" not in single, single
+        assert "error" not in single, single["error"]
         assert single["pods"]["n"] == 1 and single["pods"]["median"] > 0
         assert single["status_propagation"]["n"] == 1  # its Complete condition
         burst = results["burst"][peer]
-        assert "error" not in burst, burst
+        assert "error" not in burst, burst["error"]
         assert burst["all_pods"] > 0 and burst["all_running"] is None  # it has no Running
         # Each JobSet makes its two Jobs (launcher, nodes) once; the Job controller
         # makes the pods, which are not Trainer's or JobSet's requests.
@@ -116,7 +116,7 @@ def test_bench_quick(tmp_path: Path) -> None:
         assert "create pods" not in per_job, per_job
     for key in ("baseline", "baseline-ordered"):
         baseline = results["single"]["2"][key]
-        assert "error" not in baseline, baseline
+        assert "error" not in baseline, baseline["error"]
         assert baseline["pods"]["n"] == 1 and baseline["pods"]["median"] > 0
     assert results["ratios"]["ours/baseline"]["1x2 pods"] > 0, results["ratios"]
     assert "create -> all pods" in proc.stdout

@@ -31,7 +31,7 @@ from horovod_worker.elastic_launcher import (
     read_agents,
     request,
 )
-from tests.support.elastic import free_port
+from localcluster.processes import free_port
 
 
 def test_only_workers_that_answer_ready_are_hosts_and_answers_are_reused(
