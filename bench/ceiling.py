@@ -13,7 +13,7 @@ After each step it measures, on the operator:
 - how long the step took: its creates to every one of its jobs Running;
 - the time from a pod's change to the job's status (--probes jobs of the step
   have their launcher pod finish; from the launcher pod's Succeeded to the job's
-  Succeeded, both as a watch of this process sees them): median, p95 and max;
+  Succeeded, both as a watch of this process sees them): median, p95, p99 and max;
 - resident memory, CPU seconds since the start, and the event loop's longest block
   (horovod_operator_event_loop_lag_max_seconds), the CPU the process spent in that
   block (near its length: our own work; far below: waiting for a core) and the
@@ -200,7 +200,8 @@ def run(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) -> dic
             log(
                 f"{step['jobs']} jobs, {step['pods']} pods: step Running in "
                 f"{step['running_s']}s; pod -> status median {propagation['median']}s, "
-                f"p95 {propagation['p95']}s; rss {step['rss_mb']} MB, cpu {step['cpu_s']}s, "
+                f"p95 {propagation['p95']}s, p99 {propagation['p99']}s; "
+                f"rss {step['rss_mb']} MB, cpu {step['cpu_s']}s, "
                 f"loop lag max {step['loop_lag_max_s']}s "
                 f"(cpu {step['loop_lag_max_cpu_s']}s; longest gc {step['gc_pause_max_s']}s)"
             )
@@ -248,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=4, help="workers per job (+1 launcher)")
     parser.add_argument("--step", type=int, default=1000, help="jobs added per step")
-    parser.add_argument("--probes", type=int, default=20, help="jobs per step timed finishing")
+    parser.add_argument(
+        "--probes", type=int, default=100, help="jobs per step timed finishing (100: a p99)"
+    )
     parser.add_argument("--step-timeout", type=float, default=1800)
     parser.add_argument(
         "--budget", type=float, default=0, help="seconds of growing, then the restart [no limit]"

@@ -21,7 +21,8 @@ def percentile(values: Iterable[float], q: float) -> float:
 
 
 def summarize(values: Iterable[float]) -> dict[str, Any]:
-    """n, median, p95, mean, min, max and the raw samples (rounded to the millisecond)."""
+    """n, median, p95, p99, mean, min, max and the raw samples (rounded to the
+    millisecond). The p99 says little below 100 samples (it is then near the max)."""
     data = [float(v) for v in values]
     if not data:
         return {"n": 0}
@@ -29,6 +30,7 @@ def summarize(values: Iterable[float]) -> dict[str, Any]:
         "n": len(data),
         "median": round(percentile(data, 50), 4),
         "p95": round(percentile(data, 95), 4),
+        "p99": round(percentile(data, 99), 4),
         "mean": round(sum(data) / len(data), 4),
         "min": round(min(data), 4),
         "max": round(max(data), 4),

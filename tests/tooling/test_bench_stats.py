@@ -31,6 +31,7 @@ def test_summarize() -> None:
     assert s["n"] == 3
     assert s["median"] == 0.2
     assert s["min"] == 0.1 and s["max"] == 0.3
+    assert s["p95"] == 0.29 and s["p99"] == 0.298
     assert s["samples"] == [0.3, 0.1, 0.2]
     assert stats.summarize([]) == {"n": 0}
 
