@@ -262,7 +262,7 @@ class Applier:
             # PENDING_WRITE_TTL it is not created again.
             memory.creating[name] = time.monotonic()
         if kind == kinds.LAUNCHER_JOB.kind and created:
-            memory.launcher = views.whole(created)
+            memory.launcher = views.slim_launcher_job(created)
         if kind == "PodGroup":
             await self._retire_earlier_groups(memory, obj)
         if kind == "Secret":

@@ -34,8 +34,8 @@ _OWNED_META: Final = ("name", "uid", "labels", "ownerReferences", "deletionTimes
 
 
 def whole(body: Mapping[str, Any]) -> Obj:
-    """HorovodJobs and launcher Jobs are kept whole (the decisions read their specs)
-    but for managedFields, which nothing reads and which can be half the body."""
+    """HorovodJobs are kept whole (the decisions read their specs) but for
+    managedFields, which nothing reads and which can be half the body."""
     meta = body.get("metadata") or {}
     if "managedFields" not in meta:
         return dict(body)
@@ -72,6 +72,19 @@ def slim_owned(body: Mapping[str, Any], keep_data: bool = False) -> Obj:
     if keep_data:
         slim["data"] = dict(body.get("data") or {})
     return slim
+
+
+def slim_launcher_job(body: Mapping[str, Any]) -> Obj:
+    """A launcher's batch Job as the decisions read it (children.py): whose it is, its
+    role and attempt (labels), whether it is going, and its status (the conditions
+    say Complete or Failed). Never its pod template, the bulk of it: the whole Job
+    was 20 containers for the garbage collector to walk, this is 5 (ceiling.md)."""
+    meta = body.get("metadata") or {}
+    return {
+        "kind": body.get("kind"),
+        "metadata": {key: meta[key] for key in _OWNED_META if key in meta},
+        "status": dict(body.get("status") or {}),
+    }
 
 
 def slim_config_map(body: Mapping[str, Any]) -> Obj:

@@ -96,7 +96,7 @@ JOBS: Final = Kind.of(kinds.HOROVOD_JOB, views.whole, None)
 # The launcher's pod and Job decide the job's phase (Running, Succeeded, Failed): their
 # changes skip the reconciler's batch window, which folds the workers' many events.
 PODS: Final = Kind.of(kinds.POD, views.slim_pod, urgent=is_launcher)
-LAUNCHERS: Final = Kind.of(kinds.LAUNCHER_JOB, views.whole, urgent=lambda obj: True)
+LAUNCHERS: Final = Kind.of(kinds.LAUNCHER_JOB, views.slim_launcher_job, urgent=lambda obj: True)
 CONFIG_MAPS: Final = Kind.of(kinds.CONFIG_MAP, views.slim_config_map)
 SERVICES: Final = Kind.of(kinds.SERVICE, views.slim_owned)
 WORKLOADS: Final = Kind.of(kinds.WORKLOAD, views.slim_workload)

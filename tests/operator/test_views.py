@@ -5,8 +5,9 @@ from typing import Any
 import kopf
 
 from horovod_operator import watches
+from horovod_operator.children import launcher_state, sort_children
 from horovod_operator.handlers import configure_settings
-from horovod_operator.views import slim_owned, slim_pod, whole
+from horovod_operator.views import slim_launcher_job, slim_owned, slim_pod, whole
 from horovod_operator.watches import Store
 
 
@@ -120,3 +121,49 @@ def test_the_pod_index_keeps_only_what_decisions_read() -> None:
             "containerStatuses": [{"name": "worker", "state": {"running": {}}}],
         },
     }
+
+
+def test_a_launcher_job_is_kept_without_its_template_and_decides_the_same() -> None:
+    uid = "job-uid"
+    job: dict[str, Any] = {
+        "kind": "Job",
+        "metadata": {
+            "name": "j-launcher",
+            "namespace": "ns",
+            "uid": "launcher-uid",
+            "resourceVersion": "7",
+            "labels": {
+                "horovod.ai/job-name": "j",
+                "horovod.ai/role": "launcher",
+                "horovod.ai/attempt": "0",
+            },
+            "ownerReferences": [{"kind": "HorovodJob", "uid": uid, "controller": True}],
+            "managedFields": [{"manager": "kube-controller-manager"}],
+        },
+        "spec": {"backoffLimit": 0, "template": {"spec": {"containers": [{"name": "l"}]}}},
+        "status": {
+            "conditions": [{"type": "Complete", "status": "True"}],
+            "succeeded": 1,
+        },
+    }
+    kept = slim_launcher_job(job)
+    assert "spec" not in kept and "managedFields" not in kept["metadata"]
+    assert kept["status"] == job["status"]
+    pod = {
+        "metadata": {
+            "name": "j-launcher-x",
+            "labels": {"horovod.ai/role": "launcher", "horovod.ai/attempt": "0"},
+            "ownerReferences": [{"kind": "Job", "uid": "launcher-uid", "controller": True}],
+        },
+        "status": {"phase": "Running"},
+    }
+    # What the decisions read of it is the same as from the whole Job: its pods
+    # are told apart by its UID, and its Complete condition ends the attempt.
+    states = []
+    for launcher in (job, kept):
+        children = sort_children(uid, {"Job": [launcher], "Pod": [pod]})
+        assert children.launcher_job is launcher
+        assert [p["metadata"]["name"] for p in children.launcher_pods] == ["j-launcher-x"]
+        states.append(launcher_state(children, 0))
+    assert states[0] == states[1] and states[0] is not None
+    assert states[0].phase == "Succeeded"
