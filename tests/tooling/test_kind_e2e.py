@@ -134,3 +134,11 @@ def test_the_rank_line_kept_while_running_times_a_job_whose_pods_are_gone(
     times = kind_e2e.timings("j", "default", kept)
     assert times["apply_to_trainers_started_s"] == 7.4
     assert times["apply_to_rank0_started_s"] == 9.3
+
+    # Rank 0's pod gone, another worker's still there (CI's run of b7c3a58): its
+    # lines lack rank 0's, and the kept ones time the job.
+    logs["pod/j-worker-1"] = "2026-12-02T10:00:08.100000000Z [1]<stdout>:HVJOB_RANK rank=1 size=2"
+    assert "apply_to_rank0_started_s" not in kind_e2e.timings("j", "default")
+    times = kind_e2e.timings("j", "default", kept)
+    assert times["apply_to_trainers_started_s"] == 7.4
+    assert times["apply_to_rank0_started_s"] == 9.3

@@ -294,7 +294,13 @@ def timings(name: str, namespace: str, seen: Path | None = None) -> dict[str, An
     created = _parse_time(job["metadata"]["creationTimestamp"])
     status = job.get("status") or {}
     result: dict[str, Any] = {"phase": status.get("phase")}
-    lines = rank_lines(name, namespace, job) or _kept(seen)
+    # The live lines unless they lack rank 0's and `wait` kept it: the pod that printed
+    # it may be gone while others are not (CI's run of b7c3a58: the elastic job's
+    # worker-0 was cleaned up, another worker's lines were read, rank 0 went missing).
+    lines = rank_lines(name, namespace, job)
+    kept = _kept(seen)
+    if _rank0(lines) is None and kept:
+        lines = kept
     if lines:
         result["apply_to_trainers_started_s"] = _seconds_after(created, lines[0])
     rank0 = _rank0(lines)
