@@ -44,17 +44,21 @@ FREE_PORTS: Final = range(20000, 30000)
 
 
 def free_port() -> int:
-    """A port nothing listens on now, from FREE_PORTS at random."""
+    """A port nothing uses now, from FREE_PORTS at random: not even a closed
+    connection in TIME_WAIT, so that a listener without SO_REUSEADDR binds it too
+    (the kernel's own choice used to promise as much)."""
     for port in random.sample(FREE_PORTS, 200):
-        if port_free(port) and port_free(port, "0.0.0.0"):
+        if port_free(port, reuse=False) and port_free(port, "0.0.0.0", reuse=False):
             return port
     raise OSError(f"no free port among 200 tried in {FREE_PORTS}")
 
 
-def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether `port` can be bound on `host` now."""
+def port_free(port: int, host: str = "127.0.0.1", reuse: bool = True) -> bool:
+    """Whether `port` can be bound on `host` now (`reuse`: as a listener with
+    SO_REUSEADDR, which a connection in TIME_WAIT does not stop)."""
     with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

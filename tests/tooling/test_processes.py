@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from localcluster.paths import REPO
 from localcluster.processes import FREE_PORTS, free_port, port_free, port_held
@@ -50,3 +53,25 @@ def test_a_free_port_is_one_no_outgoing_connection_can_take() -> None:
         assert not port_free(port)
         # Taken on the loopback: never the answer while it is.
         assert port not in {free_port() for _ in range(300)}
+
+
+def test_a_free_port_has_no_connection_left_in_time_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A server that closes first leaves its side of the connection in TIME_WAIT on
+    # its port for a minute: a listener with SO_REUSEADDR may bind it, one without
+    # may not, so free_port never answers such a port.
+    port = free_port()
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server's side closes first: TIME_WAIT is on `port`
+        client.close()
+    assert port_free(port)  # as a server with SO_REUSEADDR would
+    assert not port_free(port, reuse=False)
+    # Offered first, it is passed over.
+    monkeypatch.setattr(random, "sample", lambda ports, k: [port, *ports[:k]])
+    assert free_port() != port
