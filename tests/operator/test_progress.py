@@ -360,3 +360,36 @@ def test_a_first_step_whose_write_was_refused_is_written_at_a_later_look() -> No
     asyncio.run(watcher.scan(100.0 + progress_watch.MIN_INTERVAL))
     assert [p.get("firstStepTime", "").endswith("Z") for p in kube.patches] == [True]
     assert kube.events == ["TrainingStarted"]
+
+
+def _elastic_worker(index: int, phase: str) -> dict[str, Any]:
+    labels = {"horovod.ai/attempt": "0", "horovod.ai/role": "worker",
+              "horovod.ai/worker-index": str(index)}  # fmt: skip
+    return {
+        "metadata": {"name": f"j-worker-{index}", "labels": labels},
+        "spec": {"containers": [{"name": "worker"}]},
+        "status": {"phase": phase},
+    }
+
+
+def test_an_elastic_job_is_not_tied_to_the_first_worker_read_before_rank_0_printed() -> None:
+    # Worker 1 runs first and is read alone; worker 0 runs next and Horovod's driver
+    # starts rank 0 there. Tied to worker 1's log, the watcher never saw rank 0's line
+    # (CI's kind rung of e9ffd8a: the elastic example had no firstStepTime).
+    job = _job("Running")
+    job["spec"].update(launchMode="gloo", elastic={"minReplicas": 1, "maxReplicas": 4})
+    kube = _Kube({"j-worker-1": f"{_stamp(30)} sshd listening\n"})
+    pods = {KEY: [_elastic_worker(0, "Pending"), _elastic_worker(1, "Running")]}
+    indexes = Indexes({"HorovodJob": {KEY: [job]}, "Pod": pods})
+    watcher = ProgressWatcher(kube, lambda: indexes, lambda: True)  # type: ignore[arg-type]
+    asyncio.run(watcher.scan(100.0))
+    assert [pod for pod, _ in kube.reads] == ["j-worker-1"] and not kube.patches
+    pods[KEY][0]["status"]["phase"] = "Running"
+    kube.logs["j-worker-0"] = _rank_lines(5, size=1) + _record(2, 10, size=1)
+    asyncio.run(watcher.scan(200.0))
+    assert [list(p) for p in kube.patches] == [["firstStepTime", "progress"]]
+    assert kube.events == ["TrainingStarted"]
+    # From then on only worker 0's log is read, from where the last read ended.
+    kube.logs["j-worker-0"] += _record(0, 11, size=1)
+    asyncio.run(watcher.scan(300.0))
+    assert kube.reads[-1][0] == "j-worker-0" and kube.reads[-1][1] is not None
