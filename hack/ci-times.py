@@ -11,7 +11,8 @@ whose failed tests are listed last, each with the start of its message: CI's
 excerpt of a run keeps its first and last lines, and a failure in the middle of
 the second stream's log was cut out of it (the run of e709365, 2026-12-06).
 
-phases.tsv: one `<phase>\t<seconds>` line per phase, in order (.ci/run writes it).
+phases.tsv: one `<phase>\t<seconds>[\t<percent of the CPUs busy>]` line per phase, in
+order (.ci/run writes it).
 Standard library only: it runs after any failure, whatever was installed.
 """
 
@@ -72,12 +73,14 @@ def read_failures(path: Path) -> list[tuple[str, str]]:
     return failures
 
 
-def read_phases(path: Path) -> list[tuple[str, int]]:
-    rows = []
+def read_phases(path: Path) -> list[tuple[str, int, int | None]]:
+    """(phase, seconds, percent of the CPUs busy or None) per line."""
+    rows: list[tuple[str, int, int | None]] = []
     for line in path.read_text().splitlines():
-        name, _, seconds = line.partition("\t")
+        name, _, rest = line.partition("\t")
+        seconds, _, busy = rest.partition("\t")
         if seconds.strip().isdigit():
-            rows.append((name, int(seconds)))
+            rows.append((name, int(seconds), int(busy) if busy.strip().isdigit() else None))
     return rows
 
 
@@ -103,13 +106,16 @@ def read_warm_up(path: Path) -> list[tuple[str, str, int, list[str]]]:
 
 
 def report(
-    phases: list[tuple[str, int]],
+    phases: list[tuple[str, int, int | None]],
     cases: list[tuple[str, str, float, str]],
     warm: list[tuple[str, str, int, list[str]]],
     slowest: int,
 ) -> str:
     out = ["[ci] time per phase:"] if phases else []
-    out += [f"[ci]   {name:<28} {seconds:>6} s" for name, seconds in phases]
+    out += [
+        f"[ci]   {name:<28} {seconds:>6} s" + ("" if busy is None else f"  (CPUs {busy:>3} % busy)")
+        for name, seconds, busy in phases
+    ]
     if cases:
         by_tier: dict[str, list[float]] = defaultdict(list)
         for tier, _, seconds, _ in cases:

@@ -26,7 +26,8 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 
 def test_the_report_names_phases_tiers_the_slowest_tests_and_the_warm_up(tmp_path: Path) -> None:
     (tmp_path / "junit.xml").write_text(JUNIT)
-    (tmp_path / "phases.tsv").write_text("bootstrap\t1160\nlint\t20\ntests\t4000\ntotal\t5180\n")
+    phases = "bootstrap\t1160\t97\nlint\t20\ntests\t4000\t81\ntotal\t5180\n"
+    (tmp_path / "phases.tsv").write_text(phases)
     (tmp_path / "warm-up.log").write_text(
         "[warm-up] hack/cluster.sh build kueue ...\n"
         "[warm-up] hack/cluster.sh build kueue: done in 181s\n"
@@ -52,7 +53,9 @@ def test_the_report_names_phases_tiers_the_slowest_tests_and_the_warm_up(tmp_pat
         check=True,
     )
     out = proc.stdout
-    assert re.search(r"bootstrap\s+1160 s", out) and re.search(r"total\s+5180 s", out)
+    assert re.search(r"bootstrap\s+1160 s  \(CPUs  97 % busy\)", out)
+    assert re.search(r"tests\s+4000 s  \(CPUs  81 % busy\)", out)
+    assert re.search(r"lint\s+20 s\n", out) and re.search(r"total\s+5180 s", out)
     for tier, count, seconds in (
         ("unit", 1, 0),
         ("integration", 1, 120),
