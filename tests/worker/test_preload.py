@@ -274,6 +274,10 @@ def test_the_command_line_rules() -> None:
         "python", "-m", "horovod_worker.preload", "--", "python", "-m", "m",
     ]  # fmt: skip
     assert preload.wrap(["bash", "run.sh"]) == ["bash", "run.sh"]
+    for name in ("python3", "python3.11", "/venv/bin/python3.13"):
+        assert preload.wrap([name, "t.py"])[:3] == [name, "-m", "horovod_worker.preload"]
+    for name in ("python2", "python3.11-config", "ipython", "python3.x"):
+        assert preload.wrap([name, "t.py"]) == [name, "t.py"]
     assert preload.parse_program(["python", "-u", "-m", "m", "a"]) == preload.Program(
         "m", None, ["a"], True
     )

@@ -39,6 +39,7 @@ import array
 import contextlib
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -109,9 +110,15 @@ def private_enough(directory: Path) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
+# python, python3 or python3.N: a venv made from another venv's interpreter writes
+# python3.11 into its scripts' first line, and pytest then runs as python3.11 (a
+# warm CI clone of 4b820bc: its ranks were not preloaded).
+PYTHON_NAME: Final = re.compile(r"python(3(\.\d+)?)?")
+
+
 def wrap(command: Sequence[str]) -> list[str]:
     """The launcher's rank command with the client in front, when it runs Python."""
-    if not command or os.path.basename(command[0]) not in ("python", "python3"):
+    if not command or not PYTHON_NAME.fullmatch(os.path.basename(command[0])):
         return list(command)
     return [command[0], "-m", "horovod_worker.preload", "--", *command]
 
