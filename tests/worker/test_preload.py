@@ -224,6 +224,41 @@ def test_a_failed_import_leaves_ranks_to_start_as_usual(place: Path) -> None:
     assert code == 0 and "preloaded=False" in out
 
 
+def test_imports_that_leave_a_thread_running_leave_ranks_to_start_as_usual(
+    place: Path,
+) -> None:
+    # A fork keeps only the forking thread; NumPy's OpenBLAS pool was one (the
+    # ours-preloaded shape of tests/e2e/test_realpods.py froze a rank, 2026-12-07).
+    (place / "lib" / "threader.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+    )
+    env = env_for(place, HVJOB_PRELOAD="marker,threader")
+    done = subprocess.run(
+        [sys.executable, "-m", "horovod_worker.preload", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "the imports left 2 threads running; ranks start as usual" in done.stderr, done.stderr
+    assert not (place / "socket" / preload.SOCKET_NAME).exists()
+
+
+def test_the_imports_see_one_blas_thread_and_the_environment_is_restored(
+    place: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(preload.BLAS_THREADS, "8")
+    with preload._one_blas_thread():
+        assert os.environ[preload.BLAS_THREADS] == "1"
+    assert os.environ[preload.BLAS_THREADS] == "8"
+    monkeypatch.delenv(preload.BLAS_THREADS)
+    with preload._one_blas_thread():
+        assert os.environ[preload.BLAS_THREADS] == "1"
+    assert preload.BLAS_THREADS not in os.environ
+
+
 def test_a_socket_directory_others_can_enter_is_not_used(place: Path) -> None:
     (place / "socket").mkdir(mode=0o755)
     (place / "socket").chmod(0o755)

@@ -27,10 +27,14 @@ with it: the preloader kills a child whose client's connection closed.
 
 The rank differs from a fresh interpreter in what a fork keeps: modules
 imported before (and their state), the hash seed (the same on every rank of the
-pod), and its command line in ``ps`` (the preloader's). NumPy's global random
-state, which a fork would share among ranks, is seeded again in each child.
-TensorFlow is not preloaded: it starts threads at import, and a fork of a
-threaded process is not safe.
+pod), its command line in ``ps`` (the preloader's), and NumPy's BLAS, which runs
+one thread. NumPy's global random state, which a fork would share among ranks, is
+seeded again in each child. A fork of a threaded process is not safe (a lock
+another thread held stays held in the child): the imports run with
+OPENBLAS_NUM_THREADS=1, since NumPy's OpenBLAS (torch imports NumPy) otherwise
+starts a thread pool as it loads, and a preloader whose imports left any other
+thread running serves no rank. TensorFlow is not preloaded for that reason: it
+starts threads at import.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import signal
 import socket
 import struct
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
@@ -66,6 +70,7 @@ NOT_COMPARED: Final = frozenset({"PYTHONUNBUFFERED"})
 HEADER: Final = struct.Struct(">I")
 MAX_REQUEST: Final = 16 << 20
 REQUEST_TIMEOUT_S: Final = 10.0
+BLAS_THREADS: Final = "OPENBLAS_NUM_THREADS"
 # Signals the client passes on to its rank (SIGKILL and SIGSTOP cannot be caught;
 # a client killed closes its connection, and the preloader kills the rank).
 FORWARDED: Final = (
@@ -563,17 +568,16 @@ def serve(modules: Sequence[str], path: Path, after_port: int | None = None) -> 
         wait_for_port(after_port)
     started = time.monotonic()
     try:
-        for name in modules:
-            importlib.import_module(name)
+        with _one_blas_thread():
+            for name in modules:
+                importlib.import_module(name)
     except Exception as exc:  # any import error: ranks start as usual
-        listener.close()
-        path.unlink(missing_ok=True)
-        print(
-            f"horovod_worker.preload: importing {name} failed ({exc!r}); ranks start as usual",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 1
+        return _give_up(listener, path, f"importing {name} failed ({exc!r})")
+    threads = thread_count()
+    if threads > 1:
+        # A fork keeps only the forking thread: a lock another thread held stays
+        # held in the rank for good.
+        return _give_up(listener, path, f"the imports left {threads} threads running")
     print(
         f"horovod_worker.preload: {', '.join(modules)} imported in "
         f"{time.monotonic() - started:.1f}s; ranks start from here ({path})",
@@ -581,6 +585,38 @@ def serve(modules: Sequence[str], path: Path, after_port: int | None = None) -> 
     )
     Preloader(listener).run()
     return 0
+
+
+def _give_up(listener: socket.socket, path: Path, why: str) -> int:
+    listener.close()
+    path.unlink(missing_ok=True)
+    print(f"horovod_worker.preload: {why}; ranks start as usual", file=sys.stderr, flush=True)
+    return 1
+
+
+def thread_count() -> int:
+    """This process's threads, native ones included (Linux's /proc; 1 elsewhere)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """NumPy's OpenBLAS starts its thread pool when it loads (torch imports NumPy),
+    one thread less than the CPUs; with OPENBLAS_NUM_THREADS=1 it starts none and the
+    preloader forks a process of one thread. A rank's NumPy BLAS then runs on one
+    thread (torch's own threads are not affected)."""
+    before = os.environ.get(BLAS_THREADS)
+    os.environ[BLAS_THREADS] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(BLAS_THREADS, None)
+        else:
+            os.environ[BLAS_THREADS] = before
 
 
 def start_beside(environ: Mapping[str, str] = os.environ, port: int | None = None) -> int | None:
