@@ -208,15 +208,19 @@ def test_a_rank_the_preloader_cannot_run_as_a_fresh_interpreter_is_execd(
     assert "not preloaded: PYTHONDONTWRITEBYTECODE differ" in err, err
 
 
-def test_a_failed_import_leaves_ranks_to_start_as_usual(place: Path) -> None:
-    env = env_for(place, HVJOB_PRELOAD="marker,no_such_module_here")
-    done = subprocess.run(
+def _serve(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A preloader that is expected to give up (it would serve until killed)."""
+    return subprocess.run(
         [sys.executable, "-m", "horovod_worker.preload", "serve"],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_a_failed_import_leaves_ranks_to_start_as_usual(place: Path) -> None:
+    done = _serve(env_for(place, HVJOB_PRELOAD="marker,no_such_module_here"))
     assert done.returncode == 1
     assert "importing no_such_module_here failed" in done.stderr, done.stderr
     assert not (place / "socket" / preload.SOCKET_NAME).exists()
@@ -233,14 +237,7 @@ def test_imports_that_leave_a_thread_running_leave_ranks_to_start_as_usual(
         "import threading, time\n"
         "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
     )
-    env = env_for(place, HVJOB_PRELOAD="marker,threader")
-    done = subprocess.run(
-        [sys.executable, "-m", "horovod_worker.preload", "serve"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _serve(env_for(place, HVJOB_PRELOAD="marker,threader"))
     assert done.returncode == 1
     assert "the imports left 2 threads running; ranks start as usual" in done.stderr, done.stderr
     assert not (place / "socket" / preload.SOCKET_NAME).exists()
