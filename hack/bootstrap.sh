@@ -65,9 +65,20 @@ if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 1
 fi
 
+# What an earlier clone's bootstrap installed, hard-linked into a new .venv (seconds,
+# where pip unpacked the frameworks' 3 GB of wheels again in ~110 s); pip and
+# hack/install-frameworks.sh below still check every pin and import each framework.
+# Only a .venv made here is saved: one a developer added packages to by hand would
+# carry them into every later clone, and hide a dependency pyproject.toml lacks.
+frameworks_tree=(.venv/bin/python hack/frameworks_tree.py --cache "$HOME/.cache/horovod-operator/frameworks")
+fresh_venv=0
 if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
   "$py" -m venv .venv
+  fresh_venv=1
+  if [[ "${SKIP_WORKER:-0}" != 1 ]]; then
+    "${frameworks_tree[@]}" restore --venv .venv
+  fi
 fi
 say "installing the operator, the SDK, dev and benchmark tools into .venv"
 .venv/bin/pip install -q --upgrade pip >/dev/null
@@ -112,5 +123,6 @@ if [[ "${SKIP_WORKER:-0}" != 1 ]]; then
     exit 1
   fi
   hack/install-worker.sh "${worker_args[@]}"
+  if ((fresh_venv)); then "${frameworks_tree[@]}" save --venv .venv; fi
 fi
 say "done"
