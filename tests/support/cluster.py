@@ -20,6 +20,7 @@ import pytest
 from localcluster import gobuild
 from localcluster.cluster import Cluster, ClusterError, Layout
 from localcluster.poll import wait_for
+from tests.support.kube_reads import Reads
 
 
 class KubeCluster(Cluster):
@@ -36,6 +37,8 @@ class KubeCluster(Cluster):
             "KUBECONFIG": str(self.kubeconfig),
             "PATH": f"{self.bin_dir}:{os.environ['PATH']}",
         }
+        # get() and exists() over HTTP where that is certain; kubectl otherwise.
+        self.reads = Reads(self.kubeconfig)
 
     def kubectl(
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = 60
@@ -70,6 +73,9 @@ class KubeCluster(Cluster):
         namespace: str | None = None,
         selector: str | None = None,
     ) -> Any:
+        read = self.reads.get(kind, name, namespace, selector)
+        if read is not None and read[0] == 200:
+            return read[1]
         args = ["get", kind, "-o", "json"]
         if name:
             args.insert(2, name)
@@ -80,6 +86,9 @@ class KubeCluster(Cluster):
         return json.loads(self.kubectl(*args).stdout)
 
     def exists(self, kind: str, name: str, namespace: str | None = None) -> bool:
+        read = self.reads.get(kind, name, namespace)
+        if read is not None:
+            return read[0] == 200
         args = ["get", kind, name, "--ignore-not-found", "-o", "name"]
         if namespace:
             args += ["-n", namespace]

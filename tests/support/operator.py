@@ -76,6 +76,10 @@ class Jobs:
         self.cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(manifest))
 
     def get(self, name: str) -> dict[str, Any] | None:
+        read = self.cluster.reads.get("hvjob", name, self.ns)
+        if read is not None:
+            job: dict[str, Any] | None = read[1]
+            return job
         proc = self.cluster.kubectl("get", "hvjob", name, "-n", self.ns, "-o", "json", check=False)
         return json.loads(proc.stdout) if proc.returncode == 0 else None
 
