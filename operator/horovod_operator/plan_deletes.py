@@ -6,6 +6,7 @@ helper; pure)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, Final
 
 from . import names
@@ -34,6 +35,12 @@ _UNFINISHED: Final = frozenset({"Pending", "Running"})
 _UNFINISHED_FIELDS: Final = "status.phase!=Succeeded,status.phase!=Failed"
 # Fewer worker pods than this to delete go one request each.
 SWEEP_MIN: Final = 2
+# An elastic job's rank 0 prints its start line in a worker's own log (launchMode gloo),
+# and cleanPodPolicy deletes that worker as the job ends. The progress watcher's last
+# look (progress.py) gets this long after the end to read it first: the kind rung's
+# elastic example twice ended between two looks of a watcher backing off, and its
+# workers were gone before the last one, so no status.firstStepTime.
+FIRST_STEP_LOOK_S: Final = 10.0
 
 
 def delete_pods(
@@ -144,6 +151,8 @@ def finish(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observat
     if failed is not None and failed.reason in _STOP_EVERYTHING:
         # Like a batch/v1 Job past its deadline: nothing of it keeps running.
         delete_pods(plan, seen, None, with_launcher=True)
+    elif policy.clean_pod_policy != "None" and _awaits_first_step(plan, job, status, seen):
+        pass  # cleaned up at the requeue, or once the watcher wrote the first step
     elif policy.clean_pod_policy == "All":
         delete_pods(plan, seen, None, with_launcher=True)
     elif policy.clean_pod_policy == "Running":
@@ -152,3 +161,19 @@ def finish(plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observat
     due = due_time(status.completion_time, policy.ttl_seconds_after_finished)
     if due is not None and seen.now >= due:
         plan.delete_job = True
+
+
+def _awaits_first_step(
+    plan: Plan, job: HorovodJob, status: HorovodJobStatus, seen: Observation
+) -> bool:
+    """Whether to keep an elastic job's pods a little longer for the progress watcher's
+    last look at rank 0's line (FIRST_STEP_LOOK_S); requeues for the end of the wait."""
+    if job.spec.elastic is None or status.first_step_time or not status.completion_time:
+        return False
+    end = parse_time(status.completion_time) + timedelta(seconds=FIRST_STEP_LOOK_S)
+    left = (end - seen.now).total_seconds()
+    if left <= 0:
+        return False
+    if plan.requeue_after is None or left < plan.requeue_after:
+        plan.requeue_after = left
+    return True

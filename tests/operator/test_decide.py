@@ -376,6 +376,30 @@ def test_cleanup_sweeps_the_unfinished_workers_by_label_in_one_request() -> None
     ]
 
 
+def test_an_elastic_job_keeps_its_workers_a_moment_for_the_first_step_look() -> None:
+    # Rank 0's start line is in a worker's own log: the progress watcher's last look
+    # reads it before cleanPodPolicy deletes that worker (the kind rung missed it).
+    elastic = {"launchMode": "gloo", "elastic": {"minReplicas": 1, "maxReplicas": 2}}
+    pods = [worker(0, uid_label=UID), worker(1, uid_label=UID)]
+    ended = (NOW - timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    done = {**RUNNING, "phase": "Succeeded", "completionTime": ended}
+    waiting = decide(observe(body(done, **elastic), pods, launcher_job("Complete")))
+    assert waiting.sweeps == [] and waiting.deletes == []
+    assert waiting.requeue_after == pytest.approx(8.0)
+    # Once the first step is in the status, or the look had its time, they go.
+    read = decide(
+        observe(body({**done, "firstStepTime": ended}, **elastic), pods, launcher_job("Complete"))
+    )
+    late = decide(
+        observe(body({**done, "completionTime": T0}, **elastic), pods, launcher_job("Complete"))
+    )
+    for plan in (read, late):
+        assert [sweep.names for sweep in plan.sweeps] == [("j-worker-0", "j-worker-1")]
+    # A job that is not elastic has its rank 0's line in the launcher's log, which stays.
+    plain = decide(observe(body(done), pods, launcher_job("Complete")))
+    assert [sweep.names for sweep in plain.sweeps] == [("j-worker-0", "j-worker-1")]
+
+
 def test_a_restart_sweeps_every_worker_and_deletes_the_launcher() -> None:
     pods = [worker(0, uid_label=UID), worker(1, "Failed", uid_label=UID), launcher_pod()]
     plan = decide(observe(body(RUNNING), pods, launcher_job()))
