@@ -379,7 +379,10 @@ def test_cleanup_sweeps_the_unfinished_workers_by_label_in_one_request() -> None
 def test_an_elastic_job_keeps_its_workers_a_moment_for_the_first_step_look() -> None:
     # Rank 0's start line is in a worker's own log: the progress watcher's last look
     # reads it before cleanPodPolicy deletes that worker (the kind rung missed it).
-    elastic = {"launchMode": "gloo", "elastic": {"minReplicas": 1, "maxReplicas": 2}}
+    elastic: dict[str, Any] = {
+        "launchMode": "gloo",
+        "elastic": {"minReplicas": 1, "maxReplicas": 2},
+    }
     pods = [worker(0, uid_label=UID), worker(1, uid_label=UID)]
     ended = (NOW - timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     done = {**RUNNING, "phase": "Succeeded", "completionTime": ended}
