@@ -135,7 +135,14 @@ class Network:
         with self._lock:
             self._next_link += 1
             link = self._next_link
-            address = self._released.pop(0) if self._released else str(next(self._free))
+            # A fresh address while the subnet has one; a released one, oldest first,
+            # only after. A pod's address taken again at once is one a peer may still
+            # reach through a stale neighbour entry, or that the old namespace still
+            # holds while anything keeps it alive: twice CI's node-agent runs lost an
+            # MPI connection between two new pods ("ORTE has lost communication"),
+            # their launcher on 10.250.0.7, an address given out many times before.
+            fresh = next(self._free, None)
+            address = str(fresh) if fresh is not None else self._released.pop(0)
         netns = f"{self.prefix}-p{link}"
         veth = f"vp{link}"
         try:
