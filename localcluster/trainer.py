@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,6 +47,8 @@ _JOBSET_PODS: Final = {
     "matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]
 }
 _POD_WEBHOOKS: Final = frozenset({"mpod.kb.io", "vpod.kb.io"})
+# Starts of the two managers when a port chosen for them was taken before they bound it.
+PORT_ATTEMPTS: Final = 3
 
 Kubectl = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -137,6 +140,12 @@ class _Manager(ManagedProcess):
     def __init__(self, name: str, log_path: Path) -> None:
         super().__init__(log_path)
         self.name = name
+        self.choose_ports()
+
+    def choose_ports(self) -> None:
+        """Two ports free now; taken right before the launch, since anything on the
+        machine may bind a port between the choice and the manager's own bind
+        (Horovod's services pick theirs at random from 1024-65535)."""
         self.health_port = free_port()
         self.webhook_port = free_port()
 
@@ -215,6 +224,34 @@ class TrainerProcess:
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
             "TMPDIR": str(tmp),
         }
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                self._start_managers(env, certs, binaries, started, timeout)
+                break
+            except TrainerError as error:
+                for manager in (self.trainer, self.jobset):
+                    manager.stop()
+                if "address already in use" not in str(error) or attempt == PORT_ATTEMPTS:
+                    raise
+                print(
+                    f"[trainer] {self.label}: a port chosen for it was taken before it bound"
+                    " it; starting again on new ports",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        self.install_webhooks()
+        return time.monotonic() - started
+
+    def _start_managers(
+        self,
+        env: dict[str, str],
+        certs: Path,
+        binaries: dict[str, Path],
+        started: float,
+        timeout: float,
+    ) -> None:
+        for manager in (self.jobset, self.trainer):
+            manager.choose_ports()
         jobset_config = self.state / "jobset-config.yaml"
         jobset_config.write_text(
             yaml.safe_dump(
@@ -242,8 +279,6 @@ class TrainerProcess:
                 describe=self._describe,
                 error=TrainerError,
             )
-        self.install_webhooks()
-        return time.monotonic() - started
 
     def install_webhooks(self) -> None:
         ca = (self.pki / "ca.crt").read_bytes()
