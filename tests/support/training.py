@@ -14,6 +14,12 @@ from localcluster.paths import REPO
 
 HERE = Path(__file__).resolve().parent
 HOROVODRUN = Path(sys.executable).parent / "horovodrun"
+# What the tests launch with: the launcher's own horovodrun (contract.HOROVODRUN_COMMAND),
+# Horovod's with its build probes answered from the extension files. Horovod's own
+# probe imports TensorFlow in a fresh process before every run (about 5 CPU-s); the
+# answers are checked against it in test_horovodrun_shim_build.py, and
+# test_example_script.py still runs Horovod's script as a user would.
+HOROVODRUN_COMMAND = [sys.executable, "-m", "horovod_worker.horovodrun"]
 
 
 def horovod_missing() -> str | None:
@@ -57,7 +63,8 @@ def horovodrun(
     timeout: float = 240,
     module: str = "horovod_worker.train",
 ) -> Run:
-    """Run ``horovodrun -np N -H localhost:N --<mode> python -m horovod_worker.train ARGS``.
+    """Run ``horovodrun -np N -H localhost:N --<mode> python -m horovod_worker.train ARGS``
+    (HOROVODRUN_COMMAND's horovodrun).
 
     ``module``: another entry point with the same contract (horovod_worker.benchmark).
     ``per_rank``: start through tests/support/per_rank.py, which replaces
@@ -67,7 +74,7 @@ def horovodrun(
         [sys.executable, str(HERE / "per_rank.py")] if per_rank else [sys.executable, "-m", module]
     )
     command = [
-        str(HOROVODRUN),
+        *HOROVODRUN_COMMAND,
         "-np",
         str(np),
         "-H",

@@ -40,27 +40,64 @@ def test_a_file_that_is_not_elf_is_refused(tmp_path: Path) -> None:
         horovodrun.needed_libraries(bogus)
 
 
-def _fake_extension(package: Path, framework: str, needed: list[str]) -> None:
-    """A minimal ELF64 shared object with one .dynamic section (and its .dynstr)."""
-    strings = b"\0" + b"".join(n.encode() + b"\0" for n in needed)
+def _fake_extension(
+    package: Path, framework: str, needed: list[str], symbols: tuple[str, ...] = ()
+) -> None:
+    """A minimal ELF64 shared object: a .dynstr, a .dynamic naming `needed` and a
+    .dynsym naming `symbols` (after the null symbol every table starts with)."""
+    names = [*needed, *symbols]
+    strings = b"\0" + b"".join(n.encode() + b"\0" for n in names)
     offsets, at = [], 1
-    for n in needed:
+    for n in names:
         offsets.append(at)
         at += len(n) + 1
-    dynamic = b"".join(struct.pack("<qQ", horovodrun.DT_NEEDED, o) for o in offsets)
+    dynamic = b"".join(struct.pack("<qQ", horovodrun.DT_NEEDED, o) for o in offsets[: len(needed)])
     dynamic += struct.pack("<qQ", 0, 0)  # DT_NULL
-    strtab_at, dynamic_at = 64, 64 + len(strings)
-    shoff = dynamic_at + len(dynamic)
+    dynsym = b"\0" * 24 + b"".join(
+        struct.pack("<IBBHQQ", o, 0x12, 0, 1, 0, 0) for o in offsets[len(needed) :]
+    )
+    strtab_at = 64
+    dynamic_at = strtab_at + len(strings)
+    dynsym_at = dynamic_at + len(dynamic)
+    shoff = dynsym_at + len(dynsym)
     null = b"\0" * 64
     strtab = struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, strtab_at, len(strings), 0, 0, 1, 0)
     dyn = struct.pack("<IIQQQQIIQQ", 0, 6, 0, 0, dynamic_at, len(dynamic), 1, 0, 8, 16)
+    sym = struct.pack("<IIQQQQIIQQ", 0, 11, 0, 0, dynsym_at, len(dynsym), 1, 1, 8, 24)
     header = bytearray(64)
     header[:6] = b"\x7fELF\x02\x01"
     struct.pack_into("<Q", header, 0x28, shoff)
-    struct.pack_into("<HH", header, 0x3A, 64, 3)
+    struct.pack_into("<HH", header, 0x3A, 64, 4)
     (package / framework).mkdir(parents=True, exist_ok=True)
     path = package / framework / "mpi_lib.cpython-311-x86_64-linux-gnu.so"
-    path.write_bytes(bytes(header) + strings + dynamic + null + strtab + dyn)
+    path.write_bytes(bytes(header) + strings + dynamic + dynsym + null + strtab + dyn + sym)
+
+
+def _readelf_symbols(path: Path) -> list[str]:
+    out = subprocess.run(["nm", "-D", str(path)], capture_output=True, text=True, check=True)
+    return sorted(line.split()[-1].split("@")[0] for line in out.stdout.splitlines() if line)
+
+
+def test_dynamic_symbols_are_what_nm_lists() -> None:
+    if not shutil.which("nm"):
+        skip_unless_ci("nm (binutils) is not installed")
+    python = Path(sys.executable).resolve()
+    assert sorted(horovodrun.dynamic_symbols(python)) == _readelf_symbols(python)
+
+
+def test_gloo_is_built_when_an_extension_holds_gloos_symbols(tmp_path: Path) -> None:
+    assert horovodrun.gloo_linked(None) is None
+    assert horovodrun.gloo_linked(tmp_path) is None  # no extension: horovodrun probes
+    # Without Gloo the extension still exports horovod_gloo_built (it returns false).
+    _fake_extension(tmp_path, "torch", ["libc.so.6"], ("horovod_gloo_built", "horovod_mpi_built"))
+    assert horovodrun.dynamic_symbols(horovodrun.extensions(tmp_path)[0]) == [
+        "horovod_gloo_built",
+        "horovod_mpi_built",
+    ]
+    assert horovodrun.gloo_linked(tmp_path) is False
+    gloo_context = "_ZN4gloo9transport3tcp6DeviceD2Ev"  # gloo::transport::tcp::Device::~Device
+    _fake_extension(tmp_path, "tensorflow", ["libc.so.6"], ("horovod_gloo_built", gloo_context))
+    assert horovodrun.gloo_linked(tmp_path) is True
 
 
 def test_mpi_is_built_when_an_extension_links_libmpi(tmp_path: Path) -> None:
@@ -89,6 +126,19 @@ def test_the_probe_is_replaced_only_with_an_answer(tmp_path: Path) -> None:
     assert launch.mpi_built() is True
     with pytest.raises(RuntimeError, match="no mpi_built"):
         horovodrun.answer_mpi_probe(cast(types.ModuleType, types.SimpleNamespace()), tmp_path)
+
+
+def test_the_gloo_probe_is_replaced_only_with_an_answer(tmp_path: Path) -> None:
+    def probe(verbose: bool = False) -> bool:
+        raise AssertionError("horovodrun's own probe must not run")
+
+    launch = types.SimpleNamespace(gloo_built=probe)
+    module = cast(types.ModuleType, launch)
+    assert not horovodrun.answer_gloo_probe(module, tmp_path)  # nothing to read: theirs stays
+    assert launch.gloo_built is probe
+    _fake_extension(tmp_path, "torch", [], ("_ZN4gloo7ContextD1Ev",))
+    assert horovodrun.answer_gloo_probe(module, tmp_path)
+    assert launch.gloo_built(verbose=True) is True
 
 
 def test_ssh_options_are_read_from_the_operators_launcher_line(tmp_path: Path) -> None:
@@ -151,3 +201,13 @@ def test_no_checks_start_under_kubeflows_mpi_agent(monkeypatch: pytest.MonkeyPat
     assert horovodrun.start_ssh_checks(["-H", "a:1", "x"]) is None
     monkeypatch.delenv("OMPI_MCA_plm_rsh_agent")
     assert horovodrun.start_ssh_checks(["python", "x.py"]) is None
+
+
+def test_no_check_starts_for_this_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # horovodrun runs local ranks without ssh: a check of localhost would be wasted.
+    calls = _fake_ssh(tmp_path, monkeypatch)
+    assert horovodrun.start_ssh_checks(["-H", "localhost:2", "x"]) is None
+    checks = horovodrun.start_ssh_checks(["-H", "127.0.0.1:1,good-1:1", "x"])
+    assert checks is not None and list(checks.running) == ["good-1"]
+    checks.close()
+    assert "127.0.0.1" not in (calls.read_text() if calls.exists() else "")

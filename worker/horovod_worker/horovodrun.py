@@ -5,13 +5,14 @@ ssh check started before Horovod is imported.
 options, the same checks, the same mpirun line) with two changes.
 
 The first: before it
-picks MPI or Gloo, horovodrun asks whether Horovod was built with MPI by
-forking a process that imports each framework's Horovod extension in turn,
-tensorflow first: a framework import, 2 to 5 s on a busy launcher, spent before
-mpirun starts (docs/benchmarks, "Real pods"). The answer is in the extension
-files themselves: an extension built with MPI links libmpi. This reads their
-ELF dynamic sections instead, and falls back to horovodrun's own probe when
-it finds no extension to read.
+picks MPI or Gloo, horovodrun asks whether Horovod was built with MPI (or, for
+--gloo and elastic runs, with Gloo) by forking a process that imports each
+framework's Horovod extension in turn, tensorflow first: a framework import, 2
+to 5 s on a busy launcher, spent before mpirun starts (docs/benchmarks, "Real
+pods"). The answers are in the extension files themselves: an extension built
+with MPI links libmpi, and one built with Gloo has Gloo's symbols compiled in.
+This reads their ELF dynamic sections instead, and falls back to horovodrun's
+own probe when it finds no extension to read.
 
 The second: before mpirun, horovodrun runs ``ssh <host> true`` to every remote
 host (5 tries each) through a spawned Python middleman per host, after its own
@@ -23,8 +24,9 @@ runs for it. With real pods (docs/benchmarks, "Real pods"), the launcher's
 start to mpirun's first output went from 1.05 s to 0.87 s (medians of 3).
 
 Horovod 0.28.1 is the last release, so the names replaced here
-(``horovod.runner.launch.mpi_built`` and ``_check_all_hosts_ssh_successful``)
-are fixed; tests/worker/training checks that the answer read here is the one
+(``horovod.runner.launch.mpi_built``, ``gloo_built`` and
+``_check_all_hosts_ssh_successful``) are fixed; tests/worker/training checks
+that each answer read here is the one
 horovodrun's own probe gives, and that the ssh check's command is Horovod's.
 """
 
@@ -46,6 +48,7 @@ from horovod_worker import preload
 # The order horovod.common.util.EXTENSIONS probes them in.
 FRAMEWORKS = ("tensorflow", "torch", "mxnet")
 SHT_DYNAMIC = 6
+SHT_DYNSYM = 11
 DT_NEEDED = 1
 
 
@@ -57,28 +60,51 @@ def _read(f: BinaryIO, offset: int, size: int) -> bytes:
     return data
 
 
+def _sections(f: BinaryIO, path: Path) -> list[tuple[int, ...]]:
+    """The section headers of an ELF64 little-endian file."""
+    header = _read(f, 0, 64)
+    if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
+        raise ValueError(f"{path} is not an ELF64 little-endian file")
+    (shoff,) = struct.unpack_from("<Q", header, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", header, 0x3A)
+    return [struct.unpack("<IIQQQQIIQQ", _read(f, shoff + i * shentsize, 64)) for i in range(shnum)]
+
+
+def _name(strings: bytes, at: int) -> str:
+    return strings[at : strings.index(b"\0", at)].decode(errors="replace")
+
+
 def needed_libraries(path: Path) -> list[str]:
     """The DT_NEEDED entries of an ELF64 little-endian shared object (``readelf -d``)."""
     with path.open("rb") as f:
-        header = _read(f, 0, 64)
-        if header[:4] != b"\x7fELF" or header[4] != 2 or header[5] != 1:
-            raise ValueError(f"{path} is not an ELF64 little-endian file")
-        (shoff,) = struct.unpack_from("<Q", header, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", header, 0x3A)
-        sections = [
-            struct.unpack("<IIQQQQIIQQ", _read(f, shoff + i * shentsize, 64)) for i in range(shnum)
-        ]
+        sections = _sections(f, path)
         needed: list[str] = []
         for _, kind, _, _, offset, size, link, _, _, _ in sections:
             if kind != SHT_DYNAMIC:
                 continue
-            strtab_offset, strtab_size = sections[link][4], sections[link][5]
-            strings = _read(f, strtab_offset, strtab_size)
+            strings = _read(f, sections[link][4], sections[link][5])
             dynamic = _read(f, offset, size)
             for tag, value in struct.iter_unpack("<qQ", dynamic):
                 if tag == DT_NEEDED:
-                    needed.append(strings[value : strings.index(b"\0", value)].decode())
+                    needed.append(_name(strings, value))
         return needed
+
+
+def dynamic_symbols(path: Path) -> list[str]:
+    """The names in an ELF64 little-endian file's dynamic symbol table (``nm -D``)."""
+    with path.open("rb") as f:
+        sections = _sections(f, path)
+        names: list[str] = []
+        for _, kind, _, _, offset, size, link, _, _, entsize in sections:
+            if kind != SHT_DYNSYM:
+                continue
+            strings = _read(f, sections[link][4], sections[link][5])
+            table = _read(f, offset, size)
+            for at in range(0, size - size % entsize, entsize):
+                (name,) = struct.unpack_from("<I", table, at)
+                if name:
+                    names.append(_name(strings, name))
+        return names
 
 
 def horovod_dir() -> Path | None:
@@ -102,19 +128,42 @@ def mpi_linked(package: Path | None) -> bool | None:
     return any(lib.startswith("libmpi") for so in found for lib in needed_libraries(so))
 
 
-def answer_mpi_probe(launch: ModuleType, package: Path | None) -> bool:
-    """Replace horovodrun's MPI probe by the extensions' answer; False when there is none."""
-    built = mpi_linked(package)
+def gloo_linked(package: Path | None) -> bool | None:
+    """Whether a framework extension has Gloo compiled in; None when there is none to read.
+
+    Gloo has no shared library: Horovod compiles it into each extension, and only
+    then does the extension's dynamic symbol table name anything in C++ namespace
+    ``gloo`` (mangled ``N4gloo``). ``horovod_gloo_built`` is there either way."""
+    found = extensions(package) if package is not None else []
+    if not found:
+        return None
+    return any("N4gloo" in name for so in found for name in dynamic_symbols(so))
+
+
+def _answer(launch: ModuleType, probe: str, built: bool | None) -> bool:
+    """Replace launch.<probe> by a function that returns `built`; False when there is
+    no answer (horovodrun's own probe stays)."""
     if built is None:
         return False
-    if not callable(getattr(launch, "mpi_built", None)):
-        raise RuntimeError("horovod.runner.launch has no mpi_built to replace (not Horovod 0.28?)")
+    if not callable(getattr(launch, probe, None)):
+        raise RuntimeError(f"horovod.runner.launch has no {probe} to replace (not Horovod 0.28?)")
 
-    def mpi_built(verbose: bool = False) -> bool:
+    def answer(verbose: bool = False) -> bool:
         return built
 
-    launch.mpi_built = mpi_built  # type: ignore[attr-defined]
+    setattr(launch, probe, answer)
     return True
+
+
+def answer_mpi_probe(launch: ModuleType, package: Path | None) -> bool:
+    """Replace horovodrun's MPI probe by the extensions' answer; False when there is none."""
+    return _answer(launch, "mpi_built", mpi_linked(package))
+
+
+def answer_gloo_probe(launch: ModuleType, package: Path | None) -> bool:
+    """Replace horovodrun's Gloo probe (every --gloo and elastic run asks it) by the
+    extensions' answer; False when there is none."""
+    return _answer(launch, "gloo_built", gloo_linked(package))
 
 
 # horovodrun's own: ssh's -o options, tries per host, and connect timeout
@@ -126,6 +175,8 @@ SSH_CONNECT_TIMEOUT_S = 10
 # instead of ssh when it is set to that; any other agent gets no early checks
 # either (horovodrun's own check runs, as before).
 RSH_AGENT_VARIABLE = "OMPI_MCA_plm_rsh_agent"
+# Names that are this host for sure (horovodrun also resolves the others).
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1"})
 
 
 def ssh_command(host: str, port: str | None, identity: str | None) -> str:
@@ -265,11 +316,13 @@ class SshChecks:
 
 
 def start_ssh_checks(argv: Sequence[str]) -> SshChecks | None:
-    """The checks of the hosts on this command line, started; None under another
-    remote-shell agent or when no host is named."""
+    """The checks of the remote hosts on this command line, started; None under
+    another remote-shell agent or when no remote host is named."""
     if os.environ.get(RSH_AGENT_VARIABLE):
         return None
     options = read_ssh_options(argv)
+    # horovodrun runs a local host's ranks without ssh, and checks none.
+    options.hosts = [host for host in options.hosts if host not in LOCAL_HOSTS]
     return SshChecks(options) if options.hosts else None
 
 
@@ -309,7 +362,9 @@ def main(argv: list[str] | None = None) -> None:
     from horovod.runner import launch
     from horovod.runner.util import cache
 
-    answer_mpi_probe(launch, horovod_dir())
+    package = horovod_dir()
+    answer_mpi_probe(launch, package)
+    answer_gloo_probe(launch, package)
     preload_ranks(launch)
     if checks is not None:
         answer_ssh_check(launch, checks, cache.use_cache)

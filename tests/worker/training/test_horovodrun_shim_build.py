@@ -19,6 +19,15 @@ def test_the_extensions_say_what_horovods_own_probe_says() -> None:
     assert linked, "hack/install-worker.sh builds Horovod with MPI here"
 
 
+def test_the_extensions_say_what_horovods_own_gloo_probe_says() -> None:
+    from horovod.common.util import gloo_built
+
+    linked = horovodrun.gloo_linked(horovodrun.horovod_dir())
+    assert linked is not None, "no framework extension found in the installed horovod"
+    assert linked is gloo_built()
+    assert linked, "hack/install-worker.sh builds Horovod with Gloo here"
+
+
 def test_horovodruns_probe_is_answered_from_the_extensions(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -28,6 +37,18 @@ def test_horovodruns_probe_is_answered_from_the_extensions(
     assert horovodrun.answer_mpi_probe(launch, horovodrun.horovod_dir())
     started = time.monotonic()
     assert launch.mpi_built(verbose=True) is True
+    assert time.monotonic() - started < 1, "the answer must not import a framework"
+
+
+def test_horovodruns_gloo_probe_is_answered_from_the_extensions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from horovod.runner import launch
+
+    monkeypatch.setattr(launch, "gloo_built", launch.gloo_built)  # undone after the test
+    assert horovodrun.answer_gloo_probe(launch, horovodrun.horovod_dir())
+    started = time.monotonic()
+    assert launch.gloo_built(verbose=True) is True
     assert time.monotonic() - started < 1, "the answer must not import a framework"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from horovod_worker.preemption import EXIT_PREEMPTED
-from tests.support.training import HOROVODRUN, horovodrun, worker_env
+from tests.support.training import HOROVODRUN_COMMAND, horovodrun, worker_env
 
 EPOCHS = 5
 COMMON = ["--framework=pytorch", "--dataset=digits", "--batch-size=32", "--lr=0.05"]
@@ -41,7 +41,7 @@ def ranks_of(marker: str) -> list[int]:
 def stopped_after_the_first_epoch(args: list[str], marker: str) -> tuple[str, int, int]:
     """Run two ranks; after the first epoch send each rank process SIGTERM, as the
     kubelet would. Returns (output, ranks signalled, horovodrun's exit code)."""
-    command = [str(HOROVODRUN), "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
+    command = [*HOROVODRUN_COMMAND, "-np", "2", "-H", "localhost:2", "--gloo", sys.executable, "-m",
                "horovod_worker.train", *args]  # fmt: skip
     env = worker_env({"HVJOB_STOP_CHECK_EVERY": "1"})
     proc = subprocess.Popen(
