@@ -1,6 +1,9 @@
 """Datasets, sharding and the helpers shared by the trainers (no Horovod needed)."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +12,7 @@ import pytest
 
 import horovod_contract as contract
 from horovod_contract.rank_output import rank_lines, split_by_rank
+from horovod_worker import data
 from horovod_worker.common import (
     WorkerError,
     agree_on_error,
@@ -87,6 +91,38 @@ def test_digits_is_real_bundled_data_with_a_fixed_split() -> None:
     assert len(first.y_train) + len(first.y_test) == 1797
     np.testing.assert_array_equal(first.y_test, second.y_test)
     assert set(np.unique(first.y_train)) == set(range(10))
+
+
+def test_digits_read_without_sklearn_equal_sklearns_own_split() -> None:
+    require_module("sklearn")
+    ours, theirs = load("digits"), data.load_digits_with_sklearn()
+    for part in ("x_train", "y_train", "x_test", "y_test"):
+        np.testing.assert_array_equal(getattr(ours, part), getattr(theirs, part), err_msg=part)
+        assert getattr(ours, part).dtype == getattr(theirs, part).dtype, part
+    # The recorded split is what scikit-learn makes today (else: hack/digits_split.py).
+    assert json.loads(data.DIGITS_SPLIT.read_text()) == data.digits_split()
+
+
+def test_digits_are_read_without_importing_sklearn() -> None:
+    require_module("sklearn")
+    probe = (
+        "import sys; from horovod_worker.data import load; d = load('digits'); "
+        "print(len(d.y_train), sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert out.split() == ["1437", "[]"], out
+
+
+def test_digits_fall_back_to_sklearn_without_the_recorded_split(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    require_module("sklearn")
+    monkeypatch.setattr(data, "DIGITS_SPLIT", tmp_path / "absent.json")
+    fallback = load("digits")
+    np.testing.assert_array_equal(fallback.y_test, data.load_digits_with_sklearn().y_test)
 
 
 def test_synthetic_is_deterministic_and_has_every_class() -> None:

@@ -25,6 +25,8 @@ holds the same split whatever seed it was started with.
 """
 
 import gzip
+import importlib.util
+import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +40,13 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 CSV_LABEL = "label"
 NUM_CLASSES = 10
 SPLIT_SEED = 0
+# The digits split that train_test_split(test_size=0.2, random_state=SPLIT_SEED,
+# stratify=labels) makes, as indices (hack/digits_split.py writes it; a test checks it
+# against scikit-learn). With it, a rank reads the digits from the CSV file
+# scikit-learn ships and imports no scikit-learn: that import (SciPy beneath it) was
+# 0.8 s of every rank's start, after torch's.
+DIGITS_SPLIT = Path(__file__).with_name("digits_split.json")
+DIGITS_TEST_SIZE = 0.2
 
 MNIST_FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -90,6 +99,31 @@ def load(
 
 
 def load_digits() -> Dataset:
+    """scikit-learn's digits, split 80/20 per class; read from its CSV file with the
+    recorded split when both are there, else through scikit-learn itself."""
+    flat = _digits_csv()
+    split = json.loads(DIGITS_SPLIT.read_text()) if DIGITS_SPLIT.is_file() else None
+    if flat is None or split is None or split["samples"] != len(flat):
+        return load_digits_with_sklearn()
+    images = (flat[:, :-1].reshape(-1, 8, 8) / 16.0).astype(np.float32)[..., np.newaxis]
+    labels = flat[:, -1].astype(np.int64)
+    train, test = np.asarray(split["train"]), np.asarray(split["test"])
+    return Dataset("digits", images[train], labels[train], images[test], labels[test])
+
+
+def _digits_csv() -> np.ndarray | None:
+    """sklearn/datasets/data/digits.csv.gz (64 pixel columns, then the label), found
+    without importing scikit-learn; None when it is not installed there."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / "digits.csv.gz"
+    if not path.is_file():
+        return None
+    return np.loadtxt(path, delimiter=",")
+
+
+def load_digits_with_sklearn() -> Dataset:
     from sklearn.datasets import load_digits as sklearn_digits
     from sklearn.model_selection import train_test_split
 
@@ -97,9 +131,30 @@ def load_digits() -> Dataset:
     images = (bunch.images / 16.0).astype(np.float32)[..., np.newaxis]
     labels = bunch.target.astype(np.int64)
     x_train, x_test, y_train, y_test = train_test_split(
-        images, labels, test_size=0.2, random_state=SPLIT_SEED, stratify=labels
+        images, labels, test_size=DIGITS_TEST_SIZE, random_state=SPLIT_SEED, stratify=labels
     )
     return Dataset("digits", x_train, y_train, x_test, y_test)
+
+
+def digits_split() -> dict[str, object]:
+    """The split train_test_split makes of the digits' indices (digits_split.json)."""
+    from sklearn.datasets import load_digits as sklearn_digits
+    from sklearn.model_selection import train_test_split
+
+    labels = sklearn_digits().target
+    train, test = train_test_split(
+        np.arange(len(labels)),
+        test_size=DIGITS_TEST_SIZE,
+        random_state=SPLIT_SEED,
+        stratify=labels,
+    )
+    return {
+        "made_by": "hack/digits_split.py: sklearn.model_selection.train_test_split("
+        f"test_size={DIGITS_TEST_SIZE}, random_state={SPLIT_SEED}, stratify=labels)",
+        "samples": len(labels),
+        "train": [int(i) for i in train],
+        "test": [int(i) for i in test],
+    }
 
 
 def mnist_paths(data_dir: Path) -> dict[str, Path]:
