@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bench import manifests
 from bench.procs import OperatorSpec
 from bench.run import job_manifest, jobs_path, phase_fn, reports_running
-from localcluster import trainer
+from localcluster import gobuild, trainer
+from localcluster.processes import http_ok
 
 
 def test_a_trainjob_is_the_same_job_on_the_bench_runtime() -> None:
@@ -88,3 +91,95 @@ def test_jobset_runs_as_a_process_without_leader_election_or_cert_rotation() -> 
     assert config["internalCertManagement"] == {"enable": False}
     assert config["webhook"] == {"port": 9443, "host": "127.0.0.1", "certDir": "/certs"}
     assert config["clientConnection"] == {"qps": 50.0, "burst": 100}
+
+
+# A stand-in for both controller managers: serves /readyz on the health address of
+# its --config, except that the trainer's first start fails as a manager does when
+# its port was taken between our choice and its bind.
+FAKE_MANAGER = """\
+import http.server, sys, yaml
+from pathlib import Path
+config = yaml.safe_load(Path(sys.argv[1].split("=", 1)[1]).read_text())
+port = int(config["health"]["healthProbeBindAddress"].rsplit(":", 1)[1])
+with open(sys.argv[2], "a") as starts:
+    starts.write(f"{port}\\n")
+if sys.argv[3] == "trainer" and len(Path(sys.argv[2]).read_text().split()) == 1:
+    print(f"listen tcp 127.0.0.1:{port}: bind: address already in use", flush=True)
+    sys.exit(1)
+
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
+"""
+
+
+def test_a_start_whose_port_was_taken_starts_again_on_new_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "manager.py"
+    script.write_text(FAKE_MANAGER)
+    starts = {name: tmp_path / f"{name}.starts" for name in ("jobset", "trainer")}
+    binaries = {}
+    for name, go_name in (
+        ("jobset", "jobset-controller"),
+        ("trainer", "trainer-controller-manager"),
+    ):
+        wrapper = tmp_path / go_name
+        wrapper.write_text(
+            f'#!/bin/sh\nexec {sys.executable} {script} "$1" {starts[name]} {name}\n'
+        )
+        wrapper.chmod(0o755)
+        binaries[go_name] = wrapper
+    monkeypatch.setattr(gobuild, "ensure", lambda name: binaries[name])
+    monkeypatch.setattr(trainer, "serving_cert", lambda *args, **kwargs: None)
+    monkeypatch.setattr(trainer.TrainerProcess, "install_crds", lambda self, timeout=120: None)
+    monkeypatch.setattr(trainer.TrainerProcess, "install_webhooks", lambda self: None)
+    peer = trainer.TrainerProcess(
+        tmp_path / "kubeconfig",
+        kubectl=lambda *args, **kwargs: None,  # type: ignore[arg-type]
+        pki=tmp_path / "pki",
+        state=tmp_path / "state",
+        log_path=tmp_path / "trainer.log",
+    )
+    try:
+        peer.start_and_wait(timeout=30)
+        first, second = starts["trainer"].read_text().split()
+        assert first != second, "the second start must not reuse the taken port"
+        assert peer.trainer.health_port == int(second)
+        assert len(starts["jobset"].read_text().split()) == 2, "both managers start again"
+        assert http_ok(f"http://127.0.0.1:{peer.jobset.health_port}/readyz", timeout=5)
+    finally:
+        for manager in (peer.trainer, peer.jobset):
+            manager.stop()
+
+
+def test_a_start_that_fails_otherwise_is_not_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "no-such-manager"
+    monkeypatch.setattr(gobuild, "ensure", lambda name: missing)
+    monkeypatch.setattr(trainer, "serving_cert", lambda *args, **kwargs: None)
+    monkeypatch.setattr(trainer.TrainerProcess, "install_crds", lambda self, timeout=120: None)
+    peer = trainer.TrainerProcess(
+        tmp_path / "kubeconfig",
+        kubectl=lambda *args, **kwargs: None,  # type: ignore[arg-type]
+        pki=tmp_path / "pki",
+        state=tmp_path / "state",
+        log_path=tmp_path / "trainer.log",
+    )
+    launches: list[list[str]] = []
+    monkeypatch.setattr(
+        trainer._Manager, "start", lambda self, argv, env: launches.append(list(argv))
+    )
+
+    def never_ready(self: object) -> bool:
+        raise trainer.TrainerError("jobset exited (1): no such file")
+
+    monkeypatch.setattr(trainer._Manager, "ready", never_ready)
+    with pytest.raises(trainer.TrainerError, match="no such file"):
+        peer.start_and_wait(timeout=5)
+    assert len(launches) == 2, "one start of each manager, no second try"

@@ -514,7 +514,6 @@ def test_two_thousand_ranks_failing_together_end_the_job_with_a_small_status(
 
 
 # --- edits --------------------------------------------------------------------------------
-# --- edits --------------------------------------------------------------------------------
 
 
 def test_an_invalid_edit_of_a_running_job_is_rejected_and_it_runs_on(
