@@ -20,7 +20,7 @@ exists, and the group never fits (docs/benchmarks/gangs.md).
 One job of each size at a time, the same scenario as bench.run's single jobs;
 the ratios are ours over mpi-operator's with the same gang scheduler, in one run.
 
-    python -m bench.gangs [--sizes 8,64,512] [--repeats 3] [--repeats-large 1]
+    python -m bench.gangs [--sizes 8,64,512] [--repeats 3] [--repeats-large 1] [--smoke]
 """
 
 from __future__ import annotations
@@ -95,6 +95,12 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=100)
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--node-gpus", type=int, default=256)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a check that every configuration runs, not a measurement: each case's "
+        "namespace is deleted without waiting for it to go",
+    )
     args = parser.parse_args()
     args.profile = args.quick = False
     chosen = specs(args.qps, args.burst)
@@ -122,6 +128,7 @@ def main() -> None:
         log(f"the coscheduling scheduler ready in {cosched.start():.1f}s")
         plan = {"sizes": sizes, "repeats": args.repeats, "repeats_large": args.repeats_large}
         result["meta"] = meta(args, chosen, plan, impl)
+        result["meta"]["smoke"] = args.smoke
         result["meta"]["first_create_seconds"] = bench.warm_up(chosen)
         result["meta"]["loadavg_start"] = loadavg()
         for size in sizes:

@@ -119,11 +119,13 @@ class Harness:
         try:
             yield ns
         finally:
-            # --quick is a smoke run, not a measurement: waiting for each namespace to
-            # go (5.5 s at least, the namespace controller's pass; up to 16 s) was
-            # about 170 s of its 260. Every count is of one namespace's requests, so
-            # a deletion still under way does not enter the next scenario's numbers.
-            self.delete_namespace(ns, wait=not getattr(self.args, "quick", False))
+            # A smoke run (bench --quick, bench.gangs --smoke) is not a measurement:
+            # waiting for each namespace to go (5.5 s at least, the namespace
+            # controller's pass; up to 16 s) was about 170 s of --quick's 274. Every
+            # count is of one namespace's requests, so a deletion still under way
+            # does not enter the next scenario's numbers.
+            smoke = getattr(self.args, "quick", False) or getattr(self.args, "smoke", False)
+            self.delete_namespace(ns, wait=not smoke)
 
     def delete_namespace(self, ns: str, timeout: float = 180, wait: bool = True) -> None:
         """Delete and (`wait`) wait until it is gone, so the next measurement starts on

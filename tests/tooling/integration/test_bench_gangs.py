@@ -17,7 +17,7 @@ def test_the_gang_benchmark_runs_every_configuration(tmp_path: Path) -> None:
     out.mkdir()
     proc = subprocess.run(
         [
-            sys.executable, "-m", "bench.gangs", "--sizes", "2", "--repeats", "1",
+            sys.executable, "-m", "bench.gangs", "--sizes", "2", "--repeats", "1", "--smoke",
             "--dir", str(tmp_path / "cluster"),
             "--port-base", "19100",  # apart from the test fixtures' and other benches' clusters
             "--out", str(out),
