@@ -117,13 +117,31 @@ http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
 """
 
 
+def _peer_without_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, binaries: dict[str, Path]
+) -> trainer.TrainerProcess:
+    """A TrainerProcess whose managers are `binaries`, with no build, CRDs,
+    certificate or webhooks: only the managers' start is real."""
+    monkeypatch.setattr(gobuild, "ensure", lambda name: binaries[name])
+    monkeypatch.setattr(trainer, "serving_cert", lambda *args, **kwargs: None)
+    monkeypatch.setattr(trainer.TrainerProcess, "install_crds", lambda self, timeout=120: None)
+    monkeypatch.setattr(trainer.TrainerProcess, "install_webhooks", lambda self: None)
+    return trainer.TrainerProcess(
+        tmp_path / "kubeconfig",
+        kubectl=lambda *args, **kwargs: None,  # type: ignore[arg-type]
+        pki=tmp_path / "pki",
+        state=tmp_path / "state",
+        log_path=tmp_path / "trainer.log",
+    )
+
+
 def test_a_start_whose_port_was_taken_starts_again_on_new_ports(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script = tmp_path / "manager.py"
     script.write_text(FAKE_MANAGER)
     starts = {name: tmp_path / f"{name}.starts" for name in ("jobset", "trainer")}
-    binaries = {}
+    binaries: dict[str, Path] = {}
     for name, go_name in (
         ("jobset", "jobset-controller"),
         ("trainer", "trainer-controller-manager"),
@@ -134,17 +152,7 @@ def test_a_start_whose_port_was_taken_starts_again_on_new_ports(
         )
         wrapper.chmod(0o755)
         binaries[go_name] = wrapper
-    monkeypatch.setattr(gobuild, "ensure", lambda name: binaries[name])
-    monkeypatch.setattr(trainer, "serving_cert", lambda *args, **kwargs: None)
-    monkeypatch.setattr(trainer.TrainerProcess, "install_crds", lambda self, timeout=120: None)
-    monkeypatch.setattr(trainer.TrainerProcess, "install_webhooks", lambda self: None)
-    peer = trainer.TrainerProcess(
-        tmp_path / "kubeconfig",
-        kubectl=lambda *args, **kwargs: None,  # type: ignore[arg-type]
-        pki=tmp_path / "pki",
-        state=tmp_path / "state",
-        log_path=tmp_path / "trainer.log",
-    )
+    peer = _peer_without_cluster(tmp_path, monkeypatch, binaries)
     try:
         peer.start_and_wait(timeout=30)
         first, second = starts["trainer"].read_text().split()
@@ -161,16 +169,8 @@ def test_a_start_that_fails_otherwise_is_not_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     missing = tmp_path / "no-such-manager"
-    monkeypatch.setattr(gobuild, "ensure", lambda name: missing)
-    monkeypatch.setattr(trainer, "serving_cert", lambda *args, **kwargs: None)
-    monkeypatch.setattr(trainer.TrainerProcess, "install_crds", lambda self, timeout=120: None)
-    peer = trainer.TrainerProcess(
-        tmp_path / "kubeconfig",
-        kubectl=lambda *args, **kwargs: None,  # type: ignore[arg-type]
-        pki=tmp_path / "pki",
-        state=tmp_path / "state",
-        log_path=tmp_path / "trainer.log",
-    )
+    binaries = {"jobset-controller": missing, "trainer-controller-manager": missing}
+    peer = _peer_without_cluster(tmp_path, monkeypatch, binaries)
     launches: list[list[str]] = []
     monkeypatch.setattr(
         trainer._Manager, "start", lambda self, argv, env: launches.append(list(argv))

@@ -113,32 +113,27 @@ def test_mpi_is_built_when_an_extension_links_libmpi(tmp_path: Path) -> None:
     assert horovodrun.mpi_linked(tmp_path) is True
 
 
-def test_the_probe_is_replaced_only_with_an_answer(tmp_path: Path) -> None:
-    def probe(verbose: bool = False) -> bool:
+@pytest.mark.parametrize(
+    ("probe", "needed", "symbols"),
+    [("mpi_built", ["libmpi.so.40"], ()), ("gloo_built", [], ("_ZN4gloo7ContextD1Ev",))],
+)
+def test_the_probe_is_replaced_only_with_an_answer(
+    tmp_path: Path, probe: str, needed: list[str], symbols: tuple[str, ...]
+) -> None:
+    answer = {"mpi_built": horovodrun.answer_mpi_probe, "gloo_built": horovodrun.answer_gloo_probe}
+
+    def theirs(verbose: bool = False) -> bool:
         raise AssertionError("horovodrun's own probe must not run")
 
-    launch = types.SimpleNamespace(mpi_built=probe)
+    launch = types.SimpleNamespace(**{probe: theirs})
     module = cast(types.ModuleType, launch)
-    assert not horovodrun.answer_mpi_probe(module, tmp_path)  # nothing to read: theirs stays
-    assert launch.mpi_built is probe
-    _fake_extension(tmp_path, "torch", ["libmpi.so.40"])
-    assert horovodrun.answer_mpi_probe(module, tmp_path)
-    assert launch.mpi_built() is True
-    with pytest.raises(RuntimeError, match="no mpi_built"):
-        horovodrun.answer_mpi_probe(cast(types.ModuleType, types.SimpleNamespace()), tmp_path)
-
-
-def test_the_gloo_probe_is_replaced_only_with_an_answer(tmp_path: Path) -> None:
-    def probe(verbose: bool = False) -> bool:
-        raise AssertionError("horovodrun's own probe must not run")
-
-    launch = types.SimpleNamespace(gloo_built=probe)
-    module = cast(types.ModuleType, launch)
-    assert not horovodrun.answer_gloo_probe(module, tmp_path)  # nothing to read: theirs stays
-    assert launch.gloo_built is probe
-    _fake_extension(tmp_path, "torch", [], ("_ZN4gloo7ContextD1Ev",))
-    assert horovodrun.answer_gloo_probe(module, tmp_path)
-    assert launch.gloo_built(verbose=True) is True
+    assert not answer[probe](module, tmp_path)  # nothing to read: theirs stays
+    assert getattr(launch, probe) is theirs
+    _fake_extension(tmp_path, "torch", needed, symbols)
+    assert answer[probe](module, tmp_path)
+    assert getattr(launch, probe)(verbose=True) is True
+    with pytest.raises(RuntimeError, match=f"no {probe}"):
+        answer[probe](cast(types.ModuleType, types.SimpleNamespace()), tmp_path)
 
 
 def test_ssh_options_are_read_from_the_operators_launcher_line(tmp_path: Path) -> None:

@@ -4,51 +4,46 @@ horovodrun's own probe, without the probe's framework imports."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from horovod_worker import horovodrun
 
+# Each build probe horovodrun asks, what the shim reads instead, and what replaces it.
+PROBES = [
+    pytest.param("mpi_built", horovodrun.mpi_linked, horovodrun.answer_mpi_probe, id="mpi"),
+    pytest.param("gloo_built", horovodrun.gloo_linked, horovodrun.answer_gloo_probe, id="gloo"),
+]
 
-def test_the_extensions_say_what_horovods_own_probe_says() -> None:
-    from horovod.common.util import mpi_built
 
-    linked = horovodrun.mpi_linked(horovodrun.horovod_dir())
+@pytest.mark.parametrize(("probe", "read", "answer"), PROBES)
+def test_the_extensions_say_what_horovods_own_probe_says(
+    probe: str, read: Callable[[Path | None], bool | None], answer: object
+) -> None:
+    from horovod.common import util
+
+    linked = read(horovodrun.horovod_dir())
     assert linked is not None, "no framework extension found in the installed horovod"
-    assert linked is mpi_built()
-    assert linked, "hack/install-worker.sh builds Horovod with MPI here"
+    assert linked is getattr(util, probe)()
+    assert linked, f"hack/install-worker.sh builds Horovod with {probe} here"
 
 
-def test_the_extensions_say_what_horovods_own_gloo_probe_says() -> None:
-    from horovod.common.util import gloo_built
-
-    linked = horovodrun.gloo_linked(horovodrun.horovod_dir())
-    assert linked is not None, "no framework extension found in the installed horovod"
-    assert linked is gloo_built()
-    assert linked, "hack/install-worker.sh builds Horovod with Gloo here"
-
-
+@pytest.mark.parametrize(("probe", "read", "answer"), PROBES)
 def test_horovodruns_probe_is_answered_from_the_extensions(
     monkeypatch: pytest.MonkeyPatch,
+    probe: str,
+    read: object,
+    answer: Callable[[ModuleType, Path | None], bool],
 ) -> None:
     from horovod.runner import launch
 
-    monkeypatch.setattr(launch, "mpi_built", launch.mpi_built)  # undone after the test
-    assert horovodrun.answer_mpi_probe(launch, horovodrun.horovod_dir())
+    monkeypatch.setattr(launch, probe, getattr(launch, probe))  # undone after the test
+    assert answer(launch, horovodrun.horovod_dir())
     started = time.monotonic()
-    assert launch.mpi_built(verbose=True) is True
-    assert time.monotonic() - started < 1, "the answer must not import a framework"
-
-
-def test_horovodruns_gloo_probe_is_answered_from_the_extensions(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from horovod.runner import launch
-
-    monkeypatch.setattr(launch, "gloo_built", launch.gloo_built)  # undone after the test
-    assert horovodrun.answer_gloo_probe(launch, horovodrun.horovod_dir())
-    started = time.monotonic()
-    assert launch.gloo_built(verbose=True) is True
+    assert getattr(launch, probe)(verbose=True) is True
     assert time.monotonic() - started < 1, "the answer must not import a framework"
 
 
