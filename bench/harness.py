@@ -128,8 +128,8 @@ class Harness:
             self.delete_namespace(ns, wait=not smoke)
 
     def delete_namespace(self, ns: str, timeout: float = 180, wait: bool = True) -> None:
-        """Delete and (`wait`) wait until it is gone, so the next measurement starts on
-        a quiet cluster."""
+        """Delete it; with `wait`, also wait until it is gone, so that the next
+        measurement starts on a quiet cluster."""
         assert self.client is not None
         self.client.delete(f"/api/v1/namespaces/{ns}")
         if not wait:

@@ -74,37 +74,36 @@ def _name(strings: bytes, at: int) -> str:
     return strings[at : strings.index(b"\0", at)].decode(errors="replace")
 
 
-def needed_libraries(path: Path) -> list[str]:
-    """The DT_NEEDED entries of an ELF64 little-endian shared object (``readelf -d``)."""
+def _tables(path: Path, kind: int) -> list[tuple[bytes, bytes, int]]:
+    """Each section of type `kind`: its linked string table, its bytes, its entry size."""
     with path.open("rb") as f:
         sections = _sections(f, path)
-        needed: list[str] = []
-        for _, kind, _, _, offset, size, link, _, _, _ in sections:
-            if kind != SHT_DYNAMIC:
-                continue
-            strings = _read(f, sections[link][4], sections[link][5])
-            dynamic = _read(f, offset, size)
-            for tag, value in struct.iter_unpack("<qQ", dynamic):
-                if tag == DT_NEEDED:
-                    needed.append(_name(strings, value))
-        return needed
+        return [
+            (_read(f, sections[link][4], sections[link][5]), _read(f, offset, size), entsize)
+            for _, kind_, _, _, offset, size, link, _, _, entsize in sections
+            if kind_ == kind
+        ]
+
+
+def needed_libraries(path: Path) -> list[str]:
+    """The DT_NEEDED entries of an ELF64 little-endian shared object (``readelf -d``)."""
+    return [
+        _name(strings, value)
+        for strings, dynamic, _ in _tables(path, SHT_DYNAMIC)
+        for tag, value in struct.iter_unpack("<qQ", dynamic)
+        if tag == DT_NEEDED
+    ]
 
 
 def dynamic_symbols(path: Path) -> list[str]:
     """The names in an ELF64 little-endian file's dynamic symbol table (``nm -D``)."""
-    with path.open("rb") as f:
-        sections = _sections(f, path)
-        names: list[str] = []
-        for _, kind, _, _, offset, size, link, _, _, entsize in sections:
-            if kind != SHT_DYNSYM:
-                continue
-            strings = _read(f, sections[link][4], sections[link][5])
-            table = _read(f, offset, size)
-            for at in range(0, size - size % entsize, entsize):
-                (name,) = struct.unpack_from("<I", table, at)
-                if name:
-                    names.append(_name(strings, name))
-        return names
+    names: list[str] = []
+    for strings, table, entsize in _tables(path, SHT_DYNSYM):
+        for at in range(0, len(table) - len(table) % entsize, entsize):
+            (name,) = struct.unpack_from("<I", table, at)
+            if name:
+                names.append(_name(strings, name))
+    return names
 
 
 def horovod_dir() -> Path | None:
