@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from localcluster import gobuild
+from localcluster import crds, gobuild
 from localcluster.cluster import Cluster, Layout
 from localcluster.paths import REPO
 
@@ -26,6 +26,4 @@ def fresh(root: str | Path, port_base: int) -> Cluster:
 def install_horovod_crd(cluster: Cluster) -> None:
     """The HorovodJob CRD, applied and Established."""
     cluster.kubectl("apply", "--server-side", "-f", str(HV_CRD))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
+    crds.wait_established(cluster.kubectl, [crds.HOROVODJOBS])

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from localcluster import gobuild
+from localcluster import crds, gobuild
 from localcluster.cluster import Cluster, Layout
 from localcluster.kube import Client
 from localcluster.namespaces import create_namespace
@@ -89,19 +89,8 @@ class Harness:
             paths.extend(trainer_crd_files())
         for path in paths:
             self.impl.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        for path in paths:
-            name = yaml.safe_load(path.read_text())["metadata"]["name"]
-            for attempt in range(20):  # right after apply the CRD may have no status yet
-                proc = self.impl.kubectl(
-                    "wait",
-                    "--for=condition=Established",
-                    f"crd/{name}",
-                    "--timeout=60s",
-                    check=attempt == 19,
-                )
-                if proc.returncode == 0:
-                    break
-                time.sleep(0.5)
+        names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in paths]
+        crds.wait_established(self.impl.kubectl, names)
 
     def cluster_down(self) -> None:
         if self.client is not None:

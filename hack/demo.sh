@@ -138,7 +138,15 @@ namespace_args=()
 
 say "installing the HorovodJob CRD"
 kubectl apply -f crds/ >/dev/null
-kubectl wait --for=condition=Established crd/horovodjobs.horovod.ai --timeout=60s >/dev/null
+# Polled: `kubectl wait` fails at once, not after its timeout, while the API server
+# has not yet written the new CRD's conditions (localcluster/crds.py).
+for _ in $(seq 120); do
+  established="$(kubectl get crd horovodjobs.horovod.ai \
+    -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null || true)"
+  [[ "$established" == True ]] && break
+  sleep 0.5
+done
+[[ "$established" == True ]] || { say "the HorovodJob CRD was not Established within 60 s"; exit 1; }
 
 say "starting the operator (log: $work/operator.log)"
 # The chart's default worker image, as `helm install` would set it (the example

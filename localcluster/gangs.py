@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import json
 import ssl
 import subprocess
 import time
@@ -29,7 +28,7 @@ from typing import Any, Final
 
 import yaml
 
-from . import gobuild
+from . import crds, gobuild
 from .poll import wait_for
 from .processes import ManagedProcess, free_port, http_ok
 
@@ -86,27 +85,11 @@ def crd_name(path: Path) -> str:
 
 
 def install_crds(kubectl: Kubectl, paths: list[Path], timeout: float = 60) -> list[str]:
-    """Apply CRD files and wait until each is Established; their names. (Polled:
-    `kubectl wait` right after the apply can find no conditions yet and fail.)"""
+    """Apply CRD files and wait until each is Established (crds.py); their names."""
     names = [crd_name(path) for path in paths]
     args = [a for path in paths for a in ("-f", str(path))]
     kubectl("apply", "--server-side", "--force-conflicts", *args, timeout=timeout)
-
-    def established() -> bool:
-        proc = kubectl("get", "crd", *names, "-o", "json", check=False)
-        if proc.returncode != 0:
-            return False
-        data = json.loads(proc.stdout)
-        crds = data.get("items", [data])
-        return len(crds) == len(names) and all(
-            any(
-                c.get("type") == "Established" and c.get("status") == "True"
-                for c in (crd.get("status") or {}).get("conditions") or []
-            )
-            for crd in crds
-        )
-
-    wait_for(established, timeout, interval=0.3, message=f"{names} Established", error=GangError)
+    crds.wait_established(kubectl, names, timeout, error=GangError)
     return names
 
 

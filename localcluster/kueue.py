@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import yaml
 
-from . import gobuild
+from . import crds, gobuild
 from .pki import serving_cert
 from .poll import wait_for
 from .processes import ManagedProcess, free_port, http_ok
@@ -214,13 +214,7 @@ class KueueProcess(ManagedProcess):
         )
         args = [a for f in files for a in ("-f", str(f))]
         self.kubectl("apply", "--server-side", "--force-conflicts", *args, timeout=timeout)
-        self.kubectl(
-            "wait",
-            "--for=condition=Established",
-            *(f"crd/{n}" for n in names),
-            f"--timeout={int(timeout)}s",
-            timeout=timeout + 10,
-        )
+        crds.wait_established(self.kubectl, names, timeout, error=KueueError)
         # Established is not yet served: a loaded API server answered discovery of
         # the group with 503 for a moment, and Kueue exits on that at start.
         wait_for(

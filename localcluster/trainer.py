@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import yaml
 
-from . import gobuild
+from . import crds, gobuild
 from .pki import serving_cert
 from .poll import wait_for
 from .processes import ManagedProcess, free_port, http_ok
@@ -195,13 +195,7 @@ class TrainerProcess:
         names = [yaml.safe_load(f.read_text())["metadata"]["name"] for f in files]
         args = [a for f in files for a in ("-f", str(f))]
         self.kubectl("apply", "--server-side", "--force-conflicts", *args, timeout=timeout)
-        self.kubectl(
-            "wait",
-            "--for=condition=Established",
-            *(f"crd/{n}" for n in names),
-            f"--timeout={int(timeout)}s",
-            timeout=timeout + 10,
-        )
+        crds.wait_established(self.kubectl, names, timeout)
 
     def start_and_wait(self, timeout: float = 120) -> float:
         """Build (cached), install the CRDs, start both managers, install their webhooks

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from localcluster import crds
 from localcluster.operator import OperatorProcess
 from localcluster.paths import REPO
 from localcluster.processes import stop_process
@@ -80,9 +81,7 @@ def agent(cluster: KubeCluster) -> Iterator[Agent]:
 def operator_process(cluster: KubeCluster, agent: Agent) -> Iterator[OperatorProcess]:
     """The CRD installed and the operator running (its /metrics for tests that count)."""
     cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
+    crds.wait_established(cluster.kubectl, [crds.HOROVODJOBS])
     operator = OperatorProcess(
         cluster.kubeconfig, [], agent.state_dir / "operator.log", python=str(PYTHON)
     )

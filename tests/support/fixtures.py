@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from localcluster import crds
 from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster, fresh_namespace, session_cluster
@@ -40,9 +41,7 @@ def crd(cluster: KubeCluster) -> None:
         "-f",
         str(REPO / "crds" / "horovod.ai_horovodjobs.yaml"),
     )
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
+    crds.wait_established(cluster.kubectl, [crds.HOROVODJOBS])
     garbage_collector_knows_horovodjobs(cluster)
 
 

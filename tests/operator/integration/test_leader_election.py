@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from horovod_operator.leader import LEASE_DURATION
+from localcluster import crds
 from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster, fresh_namespace, session_cluster
@@ -37,9 +38,7 @@ def audited() -> Iterator[KubeCluster]:
         started.kubectl(
             "apply", "--server-side", "-f", str(REPO / "crds" / "horovod.ai_horovodjobs.yaml")
         )
-        started.kubectl(
-            "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-        )
+        crds.wait_established(started.kubectl, [crds.HOROVODJOBS])
         started.add_kwok_nodes(2, 8)
         started.wait_nodes_ready()
         yield started

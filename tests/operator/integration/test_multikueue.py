@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from localcluster import crds
 from localcluster.kueue import HOROVOD_FRAMEWORK, NAMESPACE, KueueProcess
 from localcluster.paths import REPO
 from localcluster.pki import embedded_kubeconfig
@@ -46,9 +47,7 @@ CRD = REPO / "crds" / "horovod.ai_horovodjobs.yaml"
 
 def _apply_crd(cluster: KubeCluster) -> None:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/horovodjobs.horovod.ai", "--timeout=60s"
-    )
+    crds.wait_established(cluster.kubectl, [crds.HOROVODJOBS])
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from localcluster import crds
 from localcluster.paths import REPO
 from localcluster.poll import wait_for
 from tests.support.cluster import KubeCluster
@@ -66,9 +67,7 @@ def test_crd_with_status_subresource_and_printer_columns(
     cluster: KubeCluster, namespace: str
 ) -> None:
     cluster.apply(WIDGET_CRD)
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/widgets.test.horovod.ai", "--timeout=30s"
-    )
+    crds.wait_established(cluster.kubectl, ["widgets.test.horovod.ai"], timeout=30)
     widget = {
         "apiVersion": "test.horovod.ai/v1",
         "kind": "Widget",
