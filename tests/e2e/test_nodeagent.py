@@ -22,7 +22,7 @@ def test_hostname_env_and_exit_code(cluster: KubeCluster, agent: Agent, namespac
     pod = local_pod(
         "envpod",
         'hostname; echo "name=$MY_NAME ns=$MY_NS ip=$MY_IP cpu=$CPU_M label=$MY_LABEL x=$X"; '
-        "cat /etc/hostname; exit 3",
+        'cat /etc/hostname; echo "yield=$OMPI_MCA_mpi_yield_when_idle"; exit 3',
         hostname="box-1",
         container={
             "env": [
@@ -58,6 +58,8 @@ def test_hostname_env_and_exit_code(cluster: KubeCluster, agent: Agent, namespac
     assert out[0] == "box-1"
     assert out[1] == f"name=envpod ns={namespace} ip={ip} cpu=500 label=demo x=envpod-x"
     assert out[2] == "box-1"
+    # The pods share the host's cores: Open MPI's ranks yield instead of spinning.
+    assert out[3] == "yield=1"
     # The host keeps its own hostname: UTS namespaces are per pod.
     assert subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip() != "box-1"
 
