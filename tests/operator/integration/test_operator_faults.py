@@ -4,9 +4,11 @@ a restarted and a hung API server, and two operator replicas with leader electio
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,11 @@ def _healthz(op: Operator) -> int:
         return 0
 
 
+# Seconds from the deadline's edit to its fall: the operator takes the edit and the
+# test freezes the proxy within them, even on a loaded machine.
+DEADLINE_AHEAD = 15
+
+
 def test_healthz_turns_red_while_the_api_server_hangs(
     cluster: KubeCluster, namespace: str, crd: None, tmp_path: Path
 ) -> None:
@@ -148,13 +155,21 @@ def test_healthz_turns_red_while_the_api_server_hangs(
     op.start()
     try:
         jobs = Jobs(cluster, namespace, op)
-        # The deadline is the only thing that makes the operator act while the proxy is
-        # frozen, so it must come after the freeze: the waits below end by 40 s from
-        # the job's start, the deadline comes at 60. (12 s was a race with the start
-        # itself, which a loaded CI machine lost: the job failed while still Pending.)
-        jobs.apply(hvjob("hung", replicas=1, runPolicy={"activeDeadlineSeconds": 60}))
+        jobs.apply(hvjob("hung", replicas=1))
         jobs.wait_running("hung", timeout=30)
         op.wait(lambda: _healthz(op) == 200, 10, "a green probe")
+        # The deadline is the only thing that makes the operator act while the proxy is
+        # frozen, so it must fall due after the freeze. It is set on the running job,
+        # DEADLINE_AHEAD s past the job's age, and the freeze comes as soon as the
+        # operator has taken the edit (a deadline of 60 s from the create left 40 s of
+        # waiting; 12 s from the create was a race with the start on a loaded machine).
+        started = datetime.fromisoformat(jobs.status("hung")["startTime"])
+        age = (datetime.now(UTC) - started).total_seconds()
+        deadline = math.ceil(age) + DEADLINE_AHEAD
+        patch = {"spec": {"runPolicy": {"activeDeadlineSeconds": deadline}}}
+        cluster.kubectl("patch", "hvjob", "hung", "-n", namespace, "--type=merge",
+                        "-p", json.dumps(patch))  # fmt: skip
+        op.wait(lambda: jobs.status("hung").get("observedGeneration") == 2, 10, "the edit taken")
         proxy.freeze()  # the deadline's reconcile will hang on its status write
         op.wait(lambda: _healthz(op) == 500, 90, "the probe turning red")
         proxy.thaw()
