@@ -1,5 +1,5 @@
 # The habits a newcomer finds first. Every target installs what it needs.
-.PHONY: images record-gpu-images kind-e2e soak demo demo-tf test test-unit test-integration lint format bootstrap cluster-up cluster-down crd bench bench-full bench-quick bench-realpods bench-realpods-kind
+.PHONY: images record-gpu-images kind-e2e soak demo demo-tf test test-unit test-integration lint lint-checks format bootstrap cluster-up cluster-down crd bench bench-full bench-quick bench-realpods bench-realpods-kind
 
 
 demo:  ## a real HorovodJob from kubectl apply to Succeeded (PyTorch; see hack/demo.sh --help)
@@ -41,6 +41,11 @@ kind-e2e:  ## tests/e2e/kind/run.sh on kind with a node image built here (no reg
 
 lint:  ## ruff and mypy (strict: the operator, the contract, the tooling, the tests and bench)
 	SKIP_WORKER=1 hack/bootstrap.sh
+	$(MAKE) --no-print-directory lint-checks
+
+# No install step: .ci/run runs it beside the tests, which import from the same .venv
+# (a second bootstrap would reinstall the operator under them).
+lint-checks:  ## the lint alone, on an installed .venv
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/mypy operator/horovod_operator contract/horovod_contract localcluster
