@@ -41,6 +41,7 @@ TRAINING_IN_STREAM_B = {
     "test_preemption.py",
     "test_train_data.py",
     "test_train_errors.py",
+    "test_train_options.py",
     "test_train_precision.py",
     "test_train_pytorch.py",
     "test_train_tensorflow.py",
