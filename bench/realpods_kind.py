@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from typing import Any, Final
 import yaml
 
 from horovod_operator.sshkeys import generate_key_pair
+from localcluster import crds
 from localcluster.kube import ApiError, Client
 from localcluster.paths import REPO
 from localcluster.poll import wait_for
@@ -168,12 +170,12 @@ def mpi_prerequisites(client: Client, namespace: str) -> None:
                 raise
 
 
-def kubectl(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["kubectl", f"--kubeconfig={kubeconfig}", *args],
         capture_output=True,
         text=True,
-        check=True,
+        check=check,
         timeout=120,
     )
 
@@ -188,14 +190,7 @@ def ensure_namespace(client: Client, namespace: str) -> None:
 
 def install_mpijob_crd(kubeconfig: Path) -> None:
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(procs.mpi_crd()))
-    wait_for(
-        lambda: subprocess.run(
-            ["kubectl", f"--kubeconfig={kubeconfig}", "wait", "--for=condition=Established",
-             "crd/mpijobs.kubeflow.org", "--timeout=10s"],
-            capture_output=True, check=False,
-        ).returncode == 0,
-        60, 0.5, "the MPIJob CRD Established",
-    )  # fmt: skip
+    crds.wait_established(functools.partial(kubectl, kubeconfig), ["mpijobs.kubeflow.org"])
 
 
 def timed(

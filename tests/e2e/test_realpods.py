@@ -38,6 +38,7 @@ import yaml
 
 from bench import manifests, procs, realpods
 from bench.run import operator_specs
+from localcluster import crds
 from localcluster.kube import Client
 from localcluster.paths import WORK
 from localcluster.poll import wait_for
@@ -137,14 +138,7 @@ def mpi_operator(cluster: KubeCluster, agent: Agent, namespace: str) -> Iterator
         skip_unless_ci("needs Go to build mpi-operator")
     procs.build_mpi_operator()
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(procs.mpi_crd()))
-    # Right after the apply the CRD may have no status yet, which `kubectl wait` refuses.
-    wait_for(
-        lambda: cluster.kubectl(
-            "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=10s",
-            check=False,
-        ).returncode == 0,
-        60, 0.5, "the MPIJob CRD Established",
-    )  # fmt: skip
+    crds.wait_established(cluster.kubectl, ["mpijobs.kubeflow.org"])
     (spec,) = operator_specs(50, 100, ["mpi-tuned"])  # our operator's default client rate
     process = procs.MpiOperatorProcess(
         spec, cluster.kubeconfig, namespace, agent.state_dir / f"mpi-operator-{namespace}.log"
